@@ -1,0 +1,82 @@
+"""The CPU attention backend: gather pages, then scaled_dot_product_attention.
+
+Decodes are batched into one SDPA call over padded contexts; a prefill chunk with no cached context
+attends to its own fresh K/V, and one continuing after cached context gathers that context first.
+It is also the oracle the Triton kernels are tested against.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.layers.attention import AttentionMetadata
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    keep = slot_mapping >= 0
+    if not bool(keep.all()):
+        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """[num_blocks, bs, KVH, D] through one block table -> [length, KVH, D]."""
+    bs = cache.shape[1]
+    blocks = block_table[: (length + bs - 1) // bs].long()
+    return cache[blocks].flatten(0, 1)[:length]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    out = torch.empty_like(q)
+    cu = meta.cu_q
+    if len(meta.decode_seqs):
+        rows = meta.decode_token_rows
+        out[rows] = _decode(q[rows], k_cache, v_cache, meta, meta.decode_seqs, scale)
+    for i in meta.prefill_seqs:
+        s, e = cu[i], cu[i + 1]
+        n, ctx = e - s, meta.context_lens[i]
+        if ctx == n:
+            kk, vv, mask, causal = k[s:e], v[s:e], None, True
+        else:
+            kk = gather_kv(k_cache, meta.block_tables[i], ctx)
+            vv = gather_kv(v_cache, meta.block_tables[i], ctx)
+            key_pos = torch.arange(ctx)
+            query_pos = torch.arange(ctx - n, ctx)
+            mask, causal = key_pos[None, :] <= query_pos[:, None], False
+        out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale)
+    return out
+
+
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+            rows: torch.Tensor, scale: float) -> torch.Tensor:
+    """One query per sequence: [B, H, D]."""
+    lens = meta.seq_lens[rows]
+    bs = k_cache.shape[1]
+    max_len = int(lens.max())
+    tables = meta.block_tables[rows, : (max_len + bs - 1) // bs].long()
+    kk = k_cache[tables].flatten(1, 2)  # [B, L, KVH, D]
+    vv = v_cache[tables].flatten(1, 2)
+    mask = (torch.arange(kk.shape[1])[None, :] < lens[:, None])[:, None, None, :]
+    group = q.shape[1] // kk.shape[2]
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2),
+        kk.transpose(1, 2).to(q.dtype).repeat_interleave(group, dim=1),
+        vv.transpose(1, 2).to(q.dtype).repeat_interleave(group, dim=1),
+        attn_mask=mask,
+        scale=scale,
+    )
+    return out.squeeze(2)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+          scale: float) -> torch.Tensor:
+    """q: [n, H, D], k/v: [ctx, KVH, D] -> [n, H, D]."""
+    group = q.shape[1] // k.shape[1]
+    k = k.to(q.dtype).transpose(0, 1).repeat_interleave(group, dim=0)
+    v = v.to(q.dtype).transpose(0, 1).repeat_interleave(group, dim=0)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    return out.transpose(0, 1)

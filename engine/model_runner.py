@@ -1,0 +1,134 @@
+"""Owns the model and the KV cache; turns a scheduled batch into one flat forward."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.config import EngineConfig
+from engine.layers.attention import AttentionMetadata
+from engine.loader import ModelConfig, load_weights
+from engine.models.llama import LlamaForCausalLM
+from engine.scheduler import ScheduledBatch
+
+log = logging.getLogger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return name
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_cfg: ModelConfig, folder: Path, max_model_len: int) -> None:
+        self.config = config
+        self.model_cfg = model_cfg
+        self.device = torch.device(config.device)
+        self.dtype = DTYPES[config.dtype]
+        self.block_size = config.block_size
+        self.backend = resolve_backend(config.attention_backend, self.device)
+        with self.device:
+            model = LlamaForCausalLM(model_cfg, self.backend)
+        load_weights(model, folder)
+        self.model = model.to(self.dtype).eval()
+        self.max_model_len = max_model_len
+        self.num_blocks = self._count_blocks()
+        shape = (2, model_cfg.num_layers, self.num_blocks, self.block_size, model_cfg.num_kv_heads,
+                 model_cfg.head_dim)
+        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        for i, attn in enumerate(self.model.attention_layers()):
+            attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        log.info("KV cache: %d blocks of %d tokens (%.1f MiB), attention backend %s", self.num_blocks,
+                 self.block_size, self.kv_cache.numel() * self.kv_cache.element_size() / 2**20, self.backend)
+
+    @property
+    def block_bytes(self) -> int:
+        c = self.model_cfg
+        itemsize = torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * c.num_layers * self.block_size * c.num_kv_heads * c.head_dim * itemsize
+
+    def _count_blocks(self) -> int:
+        if self.config.kv_cache_memory is not None or self.device.type != "cuda":
+            budget = self.config.kv_cache_memory or 512 * 2**20
+        else:
+            budget = self._cuda_budget()
+        return max(int(budget // self.block_bytes), 1)
+
+    def _cuda_budget(self) -> int:
+        """vLLM's sizing: what is left of utilization x total after a warm-up forward at full budget."""
+        torch.cuda.reset_peak_memory_stats(self.device)
+        n = min(self.config.max_num_batched_tokens, self.max_model_len)
+        meta = self._metadata([n], [n], [np.zeros(0, dtype=np.int64)], warmup=True)
+        ids = torch.zeros(n, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            self.model(ids, torch.arange(n, device=self.device), meta, torch.tensor([n - 1], device=self.device))
+        torch.cuda.synchronize(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        peak_extra = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(self.device)
+        return int(total * self.config.gpu_memory_utilization - (total - free) - peak_extra)
+
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        for src, dst in copies:
+            self.kv_cache[:, :, dst].copy_(self.kv_cache[:, :, src])
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int]]:
+        """Run the batch; return logits of the sequences whose chunk reaches their last token, and their
+        positions in the batch."""
+        self.copy_blocks(batch.copies)
+        ids, positions, tables, sample_rows, sample_seqs = [], [], [], [], []
+        row = 0
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens, strict=True)):
+            start = seq.num_computed_tokens
+            ids.extend(seq.token_ids[start : start + n])
+            positions.append(np.arange(start, start + n))
+            tables.append(np.asarray(seq.block_table, dtype=np.int64))
+            row += n
+            if start + n == seq.num_tokens:
+                sample_rows.append(row - 1)
+                sample_seqs.append(i)
+        query_lens = list(batch.num_tokens)
+        context_lens = [s.num_computed_tokens + n for s, n in zip(batch.seqs, query_lens, strict=True)]
+        pos = np.concatenate(positions)
+        meta = self._metadata(query_lens, context_lens, tables, positions=pos)
+        dev = self.device
+        logits = self.model(
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.from_numpy(pos).to(dev),
+            meta,
+            torch.tensor(sample_rows, dtype=torch.long, device=dev),
+        )
+        return logits.cpu(), sample_seqs
+
+    def _metadata(self, query_lens: list[int], context_lens: list[int], tables: list[np.ndarray],
+                  positions: np.ndarray | None = None, warmup: bool = False) -> AttentionMetadata:
+        bs = self.block_size
+        width = max(1, max(len(t) for t in tables))
+        table = np.zeros((len(tables), width), dtype=np.int32)
+        for i, t in enumerate(tables):
+            table[i, : len(t)] = t
+        cu = np.concatenate([[0], np.cumsum(query_lens)]).astype(np.int64)
+        if warmup:
+            slots = np.full(int(cu[-1]), -1, dtype=np.int64)
+        else:
+            seq_of_row = np.repeat(np.arange(len(query_lens)), query_lens)
+            slots = table[seq_of_row, positions // bs].astype(np.int64) * bs + positions % bs
+        decode = [i for i, n in enumerate(query_lens) if n == 1]
+        dev = self.device
+        return AttentionMetadata(
+            query_lens=query_lens,
+            context_lens=context_lens,
+            cu_seqlens_q=torch.from_numpy(cu.astype(np.int32)).to(dev),
+            seq_lens=torch.tensor(context_lens, dtype=torch.int32, device=dev),
+            block_tables=torch.from_numpy(table).to(dev),
+            slot_mapping=torch.from_numpy(slots).to(dev),
+            cu_q=cu.tolist(),
+            decode_seqs=torch.tensor(decode, dtype=torch.long, device=dev),
+            decode_token_rows=torch.tensor([int(cu[i]) for i in decode], dtype=torch.long, device=dev),
+            prefill_seqs=[i for i, n in enumerate(query_lens) if n != 1],
+        )

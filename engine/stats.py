@@ -1,0 +1,44 @@
+"""Per-step engine statistics: a bounded ring buffer plus running totals."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class StepStats:
+    time: float
+    step_seconds: float
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    prefix_queried_tokens: int
+    prefix_hit_tokens: int
+    num_preemptions: int
+    num_generated_tokens: int
+
+
+_SUMMED = ("step_seconds", "num_prefill_tokens", "num_decode_tokens", "prefix_queried_tokens",
+           "prefix_hit_tokens", "num_preemptions", "num_generated_tokens")
+
+
+class StatsLog:
+    def __init__(self, window: int) -> None:
+        self.steps: deque[StepStats] = deque(maxlen=window)
+        self.totals: dict[str, float] = dict.fromkeys(_SUMMED, 0) | {"steps": 0}
+
+    def record(self, stats: StepStats) -> None:
+        self.steps.append(stats)
+        self.totals["steps"] += 1
+        for name in _SUMMED:
+            self.totals[name] += getattr(stats, name)
+
+    def as_records(self) -> list[dict]:
+        return [asdict(s) for s in self.steps]
+
+    @staticmethod
+    def columns() -> list[str]:
+        return [f.name for f in fields(StepStats)]

@@ -1,0 +1,33 @@
+"""The `llmbench` command line."""
+
+from __future__ import annotations
+
+import click
+
+from llmbench import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="llmbench")
+def main() -> None:
+    """Benchmark OpenAI-compatible LLM servers, plan GPU counts, gate regressions in CI."""
+
+
+@main.group()
+def model() -> None:
+    """Build the bundled default model (no downloads needed)."""
+
+
+@model.command("build")
+@click.option("--size", type=click.Choice(["tiny", "small"]), default="small", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), help="Target folder (default: the llmbench cache).")
+@click.option("--force", is_flag=True, help="Rebuild even if the folder already holds the model.")
+def model_build(size: str, out: str | None, force: bool) -> None:
+    """Build the seeded Llama-architecture checkpoint and print its folder."""
+    from llmbench.modelbuild import build_model
+
+    click.echo(build_model(size, out, force=force))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The bundled default model: a Llama-architecture checkpoint with seeded random weights.
+
+No weights can be downloaded here, so the model every benchmark runs on is built locally and
+deterministically: the same seed gives byte-identical files. It is a real Hugging Face checkpoint
+(config.json, model.safetensors, a byte-level BPE tokenizer trained on ShareGPT text), so the engine,
+`transformers` and vLLM all load it unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SEED = 0
+VOCAB_SIZE = 16000
+TOKENIZER_TRAIN_CONVERSATIONS = 4000
+BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    max_position_embeddings: int = 4096
+
+
+SIZES: dict[str, ModelSize] = {
+    "tiny": ModelSize(64, 2, 4, 2, 176, 2048),
+    "small": ModelSize(512, 8, 8, 2, 1408, 4096),
+}
+
+
+def llmbench_home() -> Path:
+    return Path(os.environ.get("LLMBENCH_HOME", Path.home() / ".cache" / "llmbench"))
+
+
+def default_model_dir(size: str = "small") -> Path:
+    return llmbench_home() / "models" / f"llmbench-{size}"
+
+
+def _training_texts() -> Iterator[str]:
+    from llmbench.datasets import sharegpt
+
+    for conv in sharegpt.load().conversations[:TOKENIZER_TRAIN_CONVERSATIONS]:
+        for _, text in conv.turns:
+            yield text
+
+
+def build_tokenizer(out: Path) -> None:
+    """Train a byte-level BPE on ShareGPT text and write tokenizer.json + its config."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[BOS, EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_training_texts(), trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+    )
+    tok.save(str(out / "tokenizer.json"))
+    _write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "pad_token": PAD,
+            "model_max_length": 4096,
+            "clean_up_tokenization_spaces": False,
+            "chat_template": CHAT_TEMPLATE,
+        },
+    )
+    _write_json(out / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
+
+
+def model_config(size: ModelSize, tokenizer_dir: Path) -> dict:
+    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": size.hidden_size,
+        "intermediate_size": size.intermediate_size,
+        "num_hidden_layers": size.num_hidden_layers,
+        "num_attention_heads": size.num_attention_heads,
+        "num_key_value_heads": size.num_key_value_heads,
+        "head_dim": size.hidden_size // size.num_attention_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": size.max_position_embeddings,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+        "bos_token_id": vocab[BOS],
+        "eos_token_id": vocab[EOS],
+        "pad_token_id": vocab[PAD],
+        "torch_dtype": "float32",
+    }
+
+
+def random_weights(config: dict, seed: int = SEED) -> dict:
+    """Seeded weights, drawn in a fixed order so every build gives the same bytes."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    hd = config["head_dim"]
+    q_out, kv_out = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
+
+    def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
+
+    def norm_weight() -> torch.Tensor:
+        return 1.0 + normal(h, std=0.1)
+
+    weights = {"model.embed_tokens.weight": normal(config["vocab_size"], h, std=1.0)}
+    out_std = 0.02 / (2 * config["num_hidden_layers"]) ** 0.5
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        weights |= {
+            p + "input_layernorm.weight": norm_weight(),
+            p + "self_attn.q_proj.weight": normal(q_out, h, std=h**-0.5),
+            p + "self_attn.k_proj.weight": normal(kv_out, h, std=h**-0.5),
+            p + "self_attn.v_proj.weight": normal(kv_out, h, std=h**-0.5),
+            p + "self_attn.o_proj.weight": normal(h, q_out, std=out_std),
+            p + "post_attention_layernorm.weight": norm_weight(),
+            p + "mlp.gate_proj.weight": normal(inter, h, std=h**-0.5),
+            p + "mlp.up_proj.weight": normal(inter, h, std=h**-0.5),
+            p + "mlp.down_proj.weight": normal(h, inter, std=out_std),
+        }
+    weights["model.norm.weight"] = norm_weight()
+    weights["lm_head.weight"] = normal(config["vocab_size"], h, std=h**-0.5 * 4)
+    return weights
+
+
+def build_model(size: str = "small", out: Path | str | None = None, force: bool = False) -> Path:
+    """Build (or reuse) the bundled model of `size`; return its folder."""
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choose one of {', '.join(SIZES)}")
+    out = Path(out) if out is not None else default_model_dir(size)
+    if (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file() and not force:
+        return out
+    from safetensors.torch import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        _tokenizer_into(tmp)
+        config = model_config(SIZES[size], tmp)
+        _write_json(tmp / "config.json", config)
+        _write_json(
+            tmp / "generation_config.json",
+            {
+                "bos_token_id": config["bos_token_id"],
+                "eos_token_id": config["eos_token_id"],
+                "pad_token_id": config["pad_token_id"],
+                "do_sample": False,
+            },
+        )
+        save_file(random_weights(config), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _tokenizer_into(folder: Path) -> None:
+    """Every size shares one tokenizer, trained once and copied from the cache."""
+    cached = llmbench_home() / "tokenizer"
+    if not (cached / "tokenizer.json").is_file():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=cached.parent))
+        build_tokenizer(tmp)
+        if not cached.exists():
+            tmp.rename(cached)
+        shutil.rmtree(tmp, ignore_errors=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(cached / name, folder / name)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
