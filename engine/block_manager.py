@@ -41,6 +41,8 @@ class KVUsage:
     free: int
     cached: int  # blocks holding a prefix-cache entry, in use or free
     usage: float  # fraction of blocks in use (vllm:kv_cache_usage_perc)
+    wasted_slots: int = 0  # allocated to the given sequences but holding no token
+    live_seqs: int = 0
 
 
 class BlockManager:
@@ -168,15 +170,13 @@ class BlockManager:
         copies, self.pending_copies = self.pending_copies, []
         return copies
 
-    def usage(self) -> KVUsage:
+    def usage(self, seqs: list[Sequence] = ()) -> KVUsage:
+        """Block counts; with `seqs`, also the slots they hold without a token (internal waste)."""
         free = len(self.free)
         used = self.num_blocks - free
-        return KVUsage(self.num_blocks, used, free, len(self.cached), used / self.num_blocks)
-
-    def wasted_slots(self, seqs: list[Sequence]) -> int:
-        """Slots allocated to live sequences that hold no token (internal fragmentation)."""
-        return sum(len(s.block_table) * self.block_size - min(s.num_tokens, len(s.block_table) *
-                                                               self.block_size) for s in seqs)
+        slots = [len(s.block_table) * self.block_size for s in seqs]
+        wasted = sum(n - min(s.num_tokens, n) for s, n in zip(seqs, slots, strict=True))
+        return KVUsage(self.num_blocks, used, free, len(self.cached), used / self.num_blocks, wasted, len(seqs))
 
     def _touch(self, block_id: int) -> None:
         block = self.blocks[block_id]

@@ -29,5 +29,16 @@ def model_build(size: str, out: str | None, force: bool) -> None:
     click.echo(build_model(size, out, force=force))
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(args: tuple[str, ...]) -> None:
+    """Serve the bundled engine (OpenAI-compatible API); `llmbench serve --help` lists its flags."""
+    import os
+    import sys
+
+    os.execv(sys.executable, [sys.executable, "-m", "engine.server", *args])
+
+
 if __name__ == "__main__":
     main()

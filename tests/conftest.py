@@ -32,3 +32,64 @@ def hf_tiny(tiny_model):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(tiny_model)).eval()
+
+
+class InProcessServer:
+    """The engine's aiohttp app on a free 127.0.0.1 port, in a background thread of this process."""
+
+    def __init__(self, llm, **app_kwargs) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        from engine.server import STATE, build_app
+
+        self.app = build_app(llm, **app_kwargs)
+        self.state = self.app[STATE]
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(self.app)
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            self.loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        started.wait(30)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def serve_engine():
+    servers = []
+
+    def start(llm, **kwargs) -> InProcessServer:
+        server = InProcessServer(llm, **kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -25,8 +25,13 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """[num_blocks, bs, KVH, D] through one block table -> [length, KVH, D]."""
     bs = cache.shape[1]
-    blocks = block_table[: (length + bs - 1) // bs].long()
-    return cache[blocks].flatten(0, 1)[:length]
+    return gather_blocks(cache, block_table[: (length + bs - 1) // bs]).flatten(0, 1)[:length]
+
+
+def gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+    """cache[tables] for a [..., n] table of block ids; index_select is several times faster on CPU."""
+    rows = cache.view(cache.shape[0], -1).index_select(0, tables.reshape(-1).long())
+    return rows.view(*tables.shape, *cache.shape[1:])
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -57,17 +62,13 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
     lens = meta.seq_lens[rows]
     bs = k_cache.shape[1]
     max_len = int(lens.max())
-    tables = meta.block_tables[rows, : (max_len + bs - 1) // bs].long()
-    kk = k_cache[tables].flatten(1, 2)  # [B, L, KVH, D]
-    vv = v_cache[tables].flatten(1, 2)
+    tables = meta.block_tables[rows, : (max_len + bs - 1) // bs]
+    kk = gather_blocks(k_cache, tables).flatten(1, 2)  # [B, L, KVH, D]
+    vv = gather_blocks(v_cache, tables).flatten(1, 2)
     mask = (torch.arange(kk.shape[1])[None, :] < lens[:, None])[:, None, None, :]
-    group = q.shape[1] // kk.shape[2]
     out = F.scaled_dot_product_attention(
-        q.unsqueeze(2),
-        kk.transpose(1, 2).to(q.dtype).repeat_interleave(group, dim=1),
-        vv.transpose(1, 2).to(q.dtype).repeat_interleave(group, dim=1),
-        attn_mask=mask,
-        scale=scale,
+        q.unsqueeze(2), kk.transpose(1, 2).to(q.dtype), vv.transpose(1, 2).to(q.dtype),
+        attn_mask=mask, scale=scale, enable_gqa=True,
     )
     return out.squeeze(2)
 
@@ -75,8 +76,7 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
           scale: float) -> torch.Tensor:
     """q: [n, H, D], k/v: [ctx, KVH, D] -> [n, H, D]."""
-    group = q.shape[1] // k.shape[1]
-    k = k.to(q.dtype).transpose(0, 1).repeat_interleave(group, dim=0)
-    v = v.to(q.dtype).transpose(0, 1).repeat_interleave(group, dim=0)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    k, v = k.to(q.dtype).transpose(0, 1), v.to(q.dtype).transpose(0, 1)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                         enable_gqa=True)
     return out.transpose(0, 1)

@@ -1,0 +1,153 @@
+"""Offline throughput: continuous vs static batching vs transformers' padded `generate`, one run.
+
+    python benchmarks/engine_throughput.py [--num-prompts 256] [--vllm-python PATH]
+
+Every system gets the same ShareGPT-sampled prompts (vLLM's rules, token ids) and the same output
+lengths (ignore_eos), on the bundled `small` model in fp32. Prints tokens/s, ratios and the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.config import SamplingParams  # noqa: E402
+from engine.llm import LLM  # noqa: E402
+from llmbench.datasets import sharegpt  # noqa: E402
+from llmbench.modelbuild import build_model  # noqa: E402
+
+CPU_FP32_CEILING = 175e9  # measured fp32 matmul FLOP/s of this 2-core machine (engine.md)
+
+
+def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    pairs = sharegpt.sample_pairs(sharegpt.load().conversations, n, lambda t: len(tok(t).input_ids), seed=seed)
+    return [(tok(p.prompt).input_ids, p.output_len) for p in pairs]
+
+
+def run_engine(model_dir: Path, reqs, **config) -> float:
+    llm = LLM(model_dir, kv_cache_memory=4 * 2**30, max_model_len=2048, **config)
+    llm.generate([reqs[0][0]], SamplingParams(temperature=0, max_tokens=4))
+    params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
+    t0 = time.perf_counter()
+    outs = llm.generate([p for p, _ in reqs], params)
+    elapsed = time.perf_counter() - t0
+    assert [len(o.outputs[0].token_ids) for o in outs] == [out for _, out in reqs]
+    return elapsed
+
+
+def run_transformers(model_dir: Path, reqs, batch_size: int) -> float:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    pad = model.config.pad_token_id
+    t0 = time.perf_counter()
+    for i in range(0, len(reqs), batch_size):
+        chunk = reqs[i : i + batch_size]
+        width = max(len(p) for p, _ in chunk)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in chunk])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in chunk])
+        new = max(out for _, out in chunk)
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=pad)
+    return time.perf_counter() - t0
+
+
+VLLM_SCRIPT = """
+import json, sys, time
+from vllm import LLM, SamplingParams, TokensPrompt
+model, path = sys.argv[1], sys.argv[2]
+reqs = json.load(open(path))
+llm = LLM(model=model, dtype="float32", max_model_len=2048, seed=0)
+params = [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True) for _, o in reqs]
+prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in reqs]
+t0 = time.perf_counter()
+llm.generate(prompts, params, use_tqdm=False)
+print("ELAPSED", time.perf_counter() - t0)
+"""
+
+
+def run_vllm(python: str, model_dir: Path, reqs) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "reqs.json"
+        data.write_text(json.dumps(reqs))
+        script = Path(tmp) / "run_vllm.py"
+        script.write_text(VLLM_SCRIPT)
+        env = {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PATH": "/usr/bin:/bin"}
+        out = subprocess.run([python, str(script), str(model_dir), str(data)], capture_output=True, text=True,
+                             env=env, check=True).stdout
+    return float(next(line.split()[1] for line in out.splitlines() if line.startswith("ELAPSED")))
+
+
+def flops(model_dir: Path, reqs) -> float:
+    """Matmul FLOPs of the work itself: linear layers per token, attention per (query, key) pair."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    h, layers, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
+    kv = cfg["num_key_value_heads"] * cfg["hidden_size"] // cfg["num_attention_heads"]
+    per_token = layers * (h * (h + 2 * kv) + h * h + 3 * h * inter)
+    total = 0.0
+    for prompt, out in reqs:
+        tokens = len(prompt) + out
+        pairs = tokens * (tokens + 1) / 2
+        total += 2 * per_token * tokens + 2 * cfg["vocab_size"] * h * out + 4 * layers * h * pairs
+    return total
+
+
+@click.command()
+@click.option("--num-prompts", default=256, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--hf-batch-sizes", default="16,64", show_default=True)
+@click.option("--static-batch-size", default=64, show_default=True)
+@click.option("--vllm-python", help="Python of a virtual environment with vllm-cpu installed (optional peer).")
+def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_size: int, vllm_python: str | None) -> None:
+    torch.manual_seed(0)
+    model_dir = build_model("small")
+    reqs = sample(model_dir, num_prompts, seed)
+    n_in = sum(len(p) for p, _ in reqs)
+    n_out = sum(o for _, o in reqs)
+    runs: dict[str, float] = {}
+    runs["engine continuous"] = run_engine(model_dir, reqs, max_num_seqs=256, max_num_batched_tokens=2048)
+    runs[f"engine static (batch {static_batch_size})"] = run_engine(
+        model_dir, reqs, batching="static", max_num_seqs=static_batch_size, max_num_batched_tokens=2048)
+    for bs in (int(b) for b in hf_batch_sizes.split(",") if b):
+        runs[f"transformers generate (batch {bs})"] = run_transformers(model_dir, reqs, bs)
+    if vllm_python:
+        runs["vLLM CPU offline"] = run_vllm(vllm_python, model_dir, reqs)
+
+    best_hf = min((t for k, t in runs.items() if k.startswith("transformers")), default=None)
+    cont = runs["engine continuous"]
+    print(f"\nmachine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}")
+    print(f"workload: {num_prompts} ShareGPT requests (vLLM rules, seed {seed}), {n_in} prompt + {n_out} output "
+          f"tokens, small model fp32, ignore_eos\n")
+    print(f"{'system':<34}{'seconds':>9}{'output tok/s':>14}{'total tok/s':>13}{'continuous ×':>14}")
+    for name, t in runs.items():
+        print(f"{name:<34}{t:>9.1f}{n_out / t:>14.0f}{(n_in + n_out) / t:>13.0f}{t / cont:>14.2f}")
+    achieved = flops(model_dir, reqs) / cont
+    print(f"\nengine continuous: {achieved / 1e9:.0f} GFLOP/s = {achieved / CPU_FP32_CEILING:.0%} of the "
+          f"{CPU_FP32_CEILING / 1e9:.0f} GFLOP/s fp32 matmul ceiling")
+    static = runs[f"engine static (batch {static_batch_size})"]
+    print(f"continuous / static: {static / cont:.2f}× (target ≥ 2)")
+    if best_hf:
+        print(f"continuous / best transformers: {best_hf / cont:.2f}× (target ≥ 3)")
+    if vllm_python:
+        print(f"continuous / vLLM CPU: {runs['vLLM CPU offline'] / cont:.2f}× (aim ≥ 1)")
+
+
+if __name__ == "__main__":
+    main()

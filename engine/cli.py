@@ -1,0 +1,67 @@
+"""Command-line flags of the engine server (`python -m engine.server`, `llmbench serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--model", default=None, help="Local HF checkpoint folder (default: the bundled `small` model).")
+@click.option("--served-model-name", default=None, help="Name clients use in 'model' (default: the folder).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--block-size", default=16, show_default=True, type=click.IntRange(1))
+@click.option("--kv-cache-memory", default="512MiB", show_default=True,
+              help="KV pool size: bytes, or with KiB/MiB/GiB. 'auto' sizes from --gpu-memory-utilization on CUDA.")
+@click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--max-num-batched-tokens", default=2048, show_default=True, type=click.IntRange(1))
+@click.option("--max-model-len", default=None, type=click.IntRange(1))
+@click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=True, show_default=True)
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True)
+@click.option("--batching", type=click.Choice(["continuous", "static"]), default="continuous", show_default=True)
+@click.option("--kv-layout", type=click.Choice(["paged", "contiguous"]), default="paged", show_default=True)
+@click.option("--attention-backend", type=click.Choice(["auto", "torch", "triton"]), default="auto",
+              show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--api-key", default=None, envvar="LLMBENCH_API_KEY", help="Require 'Authorization: Bearer KEY'.")
+@click.option("--max-waiting", default=1024, show_default=True, type=click.IntRange(1),
+              help="Requests allowed to wait; beyond it the server answers 503 with Retry-After.")
+@click.option("--shutdown-grace", default=30.0, show_default=True, help="Seconds in-flight requests get on SIGTERM.")
+@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+def server_command(host, port, model, served_model_name, kv_cache_memory, api_key, max_waiting, shutdown_grace,
+                   log_level, **engine_flags) -> None:
+    """Serve the bundled engine over an OpenAI-compatible HTTP API."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from engine.llm import LLM
+    from engine.loader import CheckpointError
+    from engine.server import build_app, serve
+
+    try:
+        llm = LLM(model, kv_cache_memory=parse_bytes(kv_cache_memory), **engine_flags)
+    except (CheckpointError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    app = build_app(llm, served_model_name, api_key, max_waiting)
+    asyncio.run(serve(app, host, port, shutdown_grace))
+
+
+def parse_bytes(text: str) -> int | None:
+    if text == "auto":
+        return None
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+    low = text.strip().lower()
+    for unit, factor in units.items():
+        if low.endswith(unit):
+            try:
+                return int(float(low[: -len(unit)]) * factor)
+            except ValueError:
+                break
+    try:
+        return int(low)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 1000000)") from None

@@ -1,0 +1,162 @@
+"""OpenAI request validation and response shapes (as OpenAI and vLLM shape them)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import SamplingParams
+
+MAX_N = 16
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, type_: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+        self.type = type_ or {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                              413: "invalid_request_error", 503: "service_unavailable"}.get(status, "server_error")
+        self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code or self.status}}
+
+
+@dataclass
+class ParsedRequest:
+    chat: bool
+    prompts: list[str | list[int]]  # text, or token ids
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    model: str
+    logprobs: int | None
+    max_tokens_given: bool
+
+
+def _get(body: dict, key: str, kinds: tuple[type, ...], default: Any = None, nullable: bool = True) -> Any:
+    value = body.get(key, default)
+    if value is None and nullable:
+        return default
+    if isinstance(value, bool) and bool not in kinds:
+        raise APIError(400, f"'{key}' must be of type {' or '.join(k.__name__ for k in kinds)}", key)
+    if not isinstance(value, kinds):
+        raise APIError(400, f"'{key}' must be of type {' or '.join(k.__name__ for k in kinds)}, "
+                            f"got {type(value).__name__}", key)
+    return value
+
+
+def parse_request(body: Any, chat: bool) -> ParsedRequest:
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    model = _get(body, "model", (str,), default="")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise APIError(400, "'messages' must be a non-empty list", "messages")
+        for m in messages:
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
+                    not isinstance(m.get("content"), str | list):
+                raise APIError(400, "each message needs a string 'role' and a 'content'", "messages")
+        prompts: list[str | list[int]] = []  # rendered by the server with the chat template
+        max_tokens = _get(body, "max_completion_tokens", (int,), _get(body, "max_tokens", (int,)))
+        logprobs = _get(body, "top_logprobs", (int,), 0) if _get(body, "logprobs", (bool,), False) else None
+    else:
+        prompts = _parse_prompt(body.get("prompt"))
+        max_tokens = _get(body, "max_tokens", (int,), 16)
+        logprobs = _get(body, "logprobs", (int,))
+    if max_tokens is not None and max_tokens <= 0:
+        raise APIError(400, f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens")
+    n = _get(body, "n", (int,), 1)
+    if not 1 <= n <= MAX_N:
+        raise APIError(400, f"'n' must be between 1 and {MAX_N}, got {n}", "n")
+    temperature = float(_get(body, "temperature", (int, float), 1.0))
+    if temperature < 0:
+        raise APIError(400, f"'temperature' must be non-negative, got {temperature}", "temperature")
+    top_p = float(_get(body, "top_p", (int, float), 1.0))
+    if not 0 < top_p <= 1:
+        raise APIError(400, f"'top_p' must be in (0, 1], got {top_p}", "top_p")
+    top_k = _get(body, "top_k", (int,), 0)
+    if top_k < -1:
+        raise APIError(400, f"'top_k' must be -1, 0 or positive, got {top_k}", "top_k")
+    min_p = float(_get(body, "min_p", (int, float), 0.0))
+    if not 0 <= min_p <= 1:
+        raise APIError(400, f"'min_p' must be in [0, 1], got {min_p}", "min_p")
+    stop = _get(body, "stop", (str, list), [])
+    stop = [stop] if isinstance(stop, str) else stop
+    if not all(isinstance(s, str) for s in stop):
+        raise APIError(400, "'stop' must be a string or a list of strings", "stop")
+    if logprobs is not None and not 0 <= logprobs <= 20:
+        raise APIError(400, f"'logprobs' must be between 0 and 20, got {logprobs}", "logprobs")
+    min_tokens = _get(body, "min_tokens", (int,), 0)
+    if min_tokens < 0:
+        raise APIError(400, f"'min_tokens' must be non-negative, got {min_tokens}", "min_tokens")
+    stream_options = _get(body, "stream_options", (dict,), {})
+    params = SamplingParams(
+        n=n, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+        seed=_get(body, "seed", (int,)), max_tokens=max_tokens, min_tokens=min_tokens, stop=stop,
+        stop_token_ids=_get(body, "stop_token_ids", (list,), []),
+        ignore_eos=_get(body, "ignore_eos", (bool,), False), logprobs=logprobs,
+    )
+    return ParsedRequest(chat, prompts, params, _get(body, "stream", (bool,), False),
+                         bool(stream_options.get("include_usage")), model, logprobs, max_tokens is not None)
+
+
+def _parse_prompt(prompt: Any) -> list[str | list[int]]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return [list(prompt)]
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt):
+            return [list(p) for p in prompt]
+    raise APIError(400, "'prompt' must be a string, a list of strings, or a list of token ids", "prompt")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def envelope(req_id: str, model: str, chat: bool, stream: bool, choices: list[dict],
+             usage_: dict | None = None) -> dict:
+    kind = ("chat.completion.chunk" if stream else "chat.completion") if chat else "text_completion"
+    body = {"id": req_id, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
+    if usage_ is not None:
+        body["usage"] = usage_
+    return body
+
+
+def completion_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float]] | None) -> dict | None:
+    if entries is None:
+        return None
+    tokens = [tokenizer.convert_ids_to_tokens(t) for t in token_ids]
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e[t] for t, e in zip(token_ids, entries, strict=True)],
+        "top_logprobs": [{tokenizer.convert_ids_to_tokens(i): lp for i, lp in e.items()} for e in entries],
+        "text_offset": [],
+    }
+
+
+def chat_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float]] | None) -> dict | None:
+    if entries is None:
+        return None
+    content = []
+    for t, e in zip(token_ids, entries, strict=True):
+        content.append({
+            "token": tokenizer.convert_ids_to_tokens(t), "logprob": e[t], "bytes": None,
+            "top_logprobs": [{"token": tokenizer.convert_ids_to_tokens(i), "logprob": lp, "bytes": None}
+                             for i, lp in e.items() if i != t or len(e) == 1],
+        })
+    return {"content": content}

@@ -1,0 +1,305 @@
+"""OpenAI-compatible HTTP server over the engine: `python -m engine.server` or `llmbench serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import signal
+from dataclasses import asdict
+
+from aiohttp import web
+
+import engine
+from engine import protocol
+from engine.async_llm import AsyncLLM, EngineError, EngineOverloaded
+from engine.llm import LLM, RequestOutput
+from engine.metrics import EngineMetrics
+from engine.protocol import APIError, ParsedRequest
+
+log = logging.getLogger("engine.server")
+MAX_BODY_BYTES = 4 * 2**20
+STATE = web.AppKey("state", dict)
+
+
+def error_response(err: APIError, headers: dict | None = None) -> web.Response:
+    return web.json_response(err.body(), status=err.status, headers=headers)
+
+
+@web.middleware
+async def errors_and_auth(request: web.Request, handler):
+    state = request.app[STATE]
+    try:
+        key = state["api_key"]
+        if key and request.path.startswith("/v1/"):
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')")
+        return await handler(request)
+    except APIError as err:
+        return error_response(err, {"Retry-After": "1"} if err.status == 503 else None)
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(APIError(exc.status, exc.reason or "error"))
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _read_json(request: web.Request):
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes") from None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise APIError(400, f"invalid JSON body: {err}") from None
+
+
+def _prompt_ids(state: dict, parsed: ParsedRequest, body: dict) -> list[list[int]]:
+    llm: LLM = state["engine"].llm
+    if parsed.chat:
+        messages = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
+                     "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))}
+                    for m in body["messages"]]
+        text = llm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompts = [llm.tokenizer(text, add_special_tokens=False).input_ids]
+    else:
+        prompts = [llm.encode(p) if isinstance(p, str) else p for p in parsed.prompts]
+    vocab = llm.model_config.vocab_size
+    for ids in prompts:
+        if not ids:
+            raise APIError(400, "the prompt is empty", "prompt")
+        if any(not 0 <= t < vocab for t in ids):
+            raise APIError(400, f"prompt token ids must be in [0, {vocab})", "prompt")
+        wanted = parsed.params.max_tokens if parsed.max_tokens_given else 0
+        if len(ids) + (wanted or 0) > llm.max_model_len or len(ids) >= llm.max_model_len:
+            raise APIError(400, f"This model's maximum context length is {llm.max_model_len} tokens. However, you "
+                                f"requested {len(ids) + (wanted or 0)} tokens ({len(ids)} in the prompt, "
+                                f"{wanted or 0} in the completion).", "max_tokens")
+    return prompts
+
+
+async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    state = request.app[STATE]
+    if state["draining"]:
+        raise APIError(503, "the server is shutting down")
+    body = await _read_json(request)
+    parsed = protocol.parse_request(body, chat)
+    if parsed.model and parsed.model not in state["model_names"]:
+        raise APIError(404, f"The model `{parsed.model}` does not exist.", "model", "not_found_error",
+                       "model_not_found")
+    prompts = _prompt_ids(state, parsed, body)
+    aengine: AsyncLLM = state["engine"]
+    req_id = protocol.new_id("chatcmpl" if chat else "cmpl")
+    queue: asyncio.Queue = asyncio.Queue()
+    sub_ids = [f"{req_id}-{i}" for i in range(len(prompts))]
+    try:
+        for sub_id, ids in zip(sub_ids, prompts, strict=True):
+            aengine.add(sub_id, ids, parsed.params, queue)
+    except EngineOverloaded as err:
+        for sub_id in sub_ids:
+            aengine.abort(sub_id)
+        raise APIError(503, f"server overloaded: {err}") from None
+    finished: set[str] = set()
+    try:
+        if parsed.stream:
+            return await _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finished)
+        return await _collect(request, state, parsed, req_id, sub_ids, prompts, queue, finished)
+    finally:
+        for sub_id in sub_ids:
+            if sub_id not in finished:
+                aengine.abort(sub_id)
+                state["metrics"].forget(sub_id)
+
+
+async def _next(request: web.Request, queue: asyncio.Queue) -> RequestOutput | EngineError:
+    """The next engine output; raises ConnectionResetError once the client has gone away."""
+    while True:
+        try:
+            return await asyncio.wait_for(queue.get(), timeout=0.5)
+        except TimeoutError:
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionResetError("client disconnected") from None
+
+
+async def _collect(request, state, parsed, req_id, sub_ids, prompts, queue, finished) -> web.Response:
+    final: dict[str, RequestOutput] = {}
+    while len(final) < len(sub_ids):
+        item = await _next(request, queue)
+        if isinstance(item, EngineError):
+            finished.update(sub_ids)
+            raise APIError(500, item.message, type_="server_error")
+        if item.finished:
+            final[item.request_id] = item
+            finished.add(item.request_id)
+    tok = state["engine"].llm.tokenizer
+    choices, completion_tokens = [], 0
+    for p_index, sub_id in enumerate(sub_ids):
+        for out in final[sub_id].outputs:
+            index = p_index * parsed.params.n + out.index
+            completion_tokens += len(out.token_ids)
+            choice = {"index": index, "finish_reason": out.finish_reason, "stop_reason": out.stop_reason}
+            if parsed.chat:
+                choice["message"] = {"role": "assistant", "content": out.text}
+                choice["logprobs"] = protocol.chat_logprobs(tok, out.token_ids, out.logprobs)
+            else:
+                choice["text"] = out.text
+                choice["logprobs"] = protocol.completion_logprobs(tok, out.token_ids, out.logprobs)
+            choices.append(choice)
+    usage = protocol.usage(sum(len(p) for p in prompts), completion_tokens)
+    return web.json_response(protocol.envelope(req_id, state["served_name"], parsed.chat, False, choices, usage))
+
+
+async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finished) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    tok = state["engine"].llm.tokenizer
+    model, chat, n = state["served_name"], parsed.chat, parsed.params.n
+    sent_logprobs: dict[int, int] = {}
+    completion_tokens = 0
+
+    async def send(obj: dict) -> None:
+        await resp.write(f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode())
+
+    if chat:
+        for index in range(len(sub_ids) * n):
+            delta = {"role": "assistant", "content": ""}
+            await send(protocol.envelope(req_id, model, True, True, [
+                {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]))
+    while len(finished) < len(sub_ids):
+        item = await _next(request, queue)
+        if isinstance(item, EngineError):
+            finished.update(sub_ids)
+            await send(APIError(500, item.message, type_="server_error").body())
+            break
+        p_index = sub_ids.index(item.request_id)
+        choices = []
+        for out in item.outputs:
+            index = p_index * n + out.index
+            if not out.new_token_ids and out.finish_reason is None:
+                continue
+            done = len(out.token_ids) - len(out.new_token_ids)
+            new_lp = out.logprobs[done:] if out.logprobs is not None else None
+            completion_tokens += len(out.new_token_ids)
+            sent_logprobs[index] = len(out.token_ids)
+            choice = {"index": index, "finish_reason": out.finish_reason}
+            if chat:
+                choice["delta"] = {"content": out.new_text} if out.new_text or not out.finish_reason else {}
+                choice["logprobs"] = protocol.chat_logprobs(tok, out.new_token_ids, new_lp)
+            else:
+                choice["text"] = out.new_text
+                choice["logprobs"] = protocol.completion_logprobs(tok, out.new_token_ids, new_lp)
+                choice["stop_reason"] = out.stop_reason
+            choices.append(choice)
+        if item.finished:
+            finished.add(item.request_id)
+        if choices:
+            await send(protocol.envelope(req_id, model, chat, True, choices))
+    if parsed.include_usage:
+        await send(protocol.envelope(req_id, model, chat, True, [],
+                                     protocol.usage(sum(len(p) for p in prompts), completion_tokens)))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    llm: LLM = state["engine"].llm
+    data = [{"id": state["served_name"], "object": "model", "created": state["created"], "owned_by": "llmbench",
+             "root": str(llm.model_path), "max_model_len": llm.max_model_len}]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def health(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.Response(status=503 if state["draining"] else 200)
+
+
+async def version(request: web.Request) -> web.Response:
+    llm: LLM = request.app[STATE]["engine"].llm
+    config = asdict(llm.config) | {"max_model_len": llm.max_model_len, "num_kv_blocks": llm.runner.num_blocks,
+                                   "attention_backend": llm.runner.backend}
+    return web.json_response({"version": engine.__version__, "engine": "llmbench-engine",
+                              "model": str(llm.model_path), "config": config})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if not state["engine"].llm.has_unfinished():
+        state["metrics"].idle(state["engine"].llm)
+    return web.Response(body=state["metrics"].exposition(), content_type="text/plain", charset="utf-8")
+
+
+def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | None = None,
+              max_waiting: int | None = None) -> web.Application:
+    import time
+
+    name = served_model_name or llm.model_path.name
+    metrics_ = EngineMetrics(name)
+    aengine = AsyncLLM(llm, max_waiting=max_waiting, on_step=metrics_.on_step)
+    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY_BYTES)
+    app[STATE] = {"engine": aengine, "metrics": metrics_, "served_name": name, "api_key": api_key,
+                  "model_names": {name, str(llm.model_path)}, "draining": False, "created": int(time.time())}
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+
+    async def on_startup(app: web.Application) -> None:
+        aengine.start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        aengine.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+async def serve(app: web.Application, host: str, port: int, grace_period: float = 30.0) -> None:
+    """Run until SIGTERM/SIGINT, then stop admitting, let in-flight requests finish, abort the rest."""
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("serving on http://%s:%d", host, port)
+    print(f"READY http://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    state = app[STATE]
+    state["draining"] = True
+    aengine: AsyncLLM = state["engine"]
+    deadline = loop.time() + grace_period
+    while aengine.num_in_flight and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    for rid in list(aengine.llm.requests):
+        aengine.abort(rid)
+    with contextlib.suppress(Exception):
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from engine.cli import server_command
+
+    server_command.main(args=argv, prog_name="python -m engine.server")
+
+
+if __name__ == "__main__":
+    main()
