@@ -12,8 +12,8 @@ import time
 import aiohttp
 import pytest
 import requests
-
 from conftest import free_port
+
 from engine.llm import LLM
 
 
