@@ -33,6 +33,7 @@ class ParsedRequest:
     params: SamplingParams
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # vLLM's stream_options.continuous_usage_stats: usage on every chunk
     model: str
     logprobs: int | None
     max_tokens_given: bool
@@ -103,7 +104,9 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
         ignore_eos=_get(body, "ignore_eos", (bool,), False), logprobs=logprobs,
     )
     return ParsedRequest(chat, prompts, params, _get(body, "stream", (bool,), False),
-                         bool(stream_options.get("include_usage")), model, logprobs, max_tokens is not None)
+                         bool(stream_options.get("include_usage")),
+                         bool(stream_options.get("include_usage") and stream_options.get("continuous_usage_stats")),
+                         model, logprobs, max_tokens is not None)
 
 
 def _parse_prompt(prompt: Any) -> list[str | list[int]]:

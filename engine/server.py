@@ -167,7 +167,6 @@ async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finis
     await resp.prepare(request)
     tok = state["engine"].llm.tokenizer
     model, chat, n = state["served_name"], parsed.chat, parsed.params.n
-    sent_logprobs: dict[int, int] = {}
     completion_tokens = 0
 
     async def send(obj: dict) -> None:
@@ -193,7 +192,6 @@ async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finis
             done = len(out.token_ids) - len(out.new_token_ids)
             new_lp = out.logprobs[done:] if out.logprobs is not None else None
             completion_tokens += len(out.new_token_ids)
-            sent_logprobs[index] = len(out.token_ids)
             choice = {"index": index, "finish_reason": out.finish_reason}
             if chat:
                 choice["delta"] = {"content": out.new_text} if out.new_text or not out.finish_reason else {}
@@ -206,7 +204,9 @@ async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finis
         if item.finished:
             finished.add(item.request_id)
         if choices:
-            await send(protocol.envelope(req_id, model, chat, True, choices))
+            running_usage = protocol.usage(sum(len(p) for p in prompts), completion_tokens) \
+                if parsed.continuous_usage else None
+            await send(protocol.envelope(req_id, model, chat, True, choices, running_usage))
     if parsed.include_usage:
         await send(protocol.envelope(req_id, model, chat, True, [],
                                      protocol.usage(sum(len(p) for p in prompts), completion_tokens)))

@@ -5,12 +5,44 @@ from __future__ import annotations
 import click
 
 from llmbench import __version__
+from llmbench.arrivals import parse_rate, parse_rates
+from llmbench.cli_bench import common_options, execute
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="llmbench")
 def main() -> None:
     """Benchmark OpenAI-compatible LLM servers, plan GPU counts, gate regressions in CI."""
+
+
+@main.command()
+@click.option("--rate", default="inf", show_default=True, help="Requests per second, or 'inf'.")
+@common_options
+@click.pass_context
+def run(ctx: click.Context, rate: str, **opts) -> None:
+    """Measure one load level against a server (or the bundled engine)."""
+    try:
+        rates = [parse_rate(rate)]
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--rate") from None
+    out = execute(ctx, {"rate": rate, **opts}, rates, default_prompts=200, default_duration=None,
+                  stop_when_saturated=False)
+    click.echo(f"results: {out}")
+
+
+@main.command()
+@click.option("--rate", default="1..8", show_default=True, help="Rates: a..b, a..b:step, or 5,10,20.")
+@common_options
+@click.pass_context
+def sweep(ctx: click.Context, rate: str, **opts) -> None:
+    """Measure a series of request rates, stopping early once the server saturates."""
+    try:
+        rates = parse_rates(rate)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--rate") from None
+    out = execute(ctx, {"rate": rate, **opts}, rates, default_prompts=None, default_duration=15.0,
+                  stop_when_saturated=True)
+    click.echo(f"results: {out}")
 
 
 @main.group()

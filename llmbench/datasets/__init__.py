@@ -1,0 +1,60 @@
+"""Workload datasets: each turns its source into `Request`s with lengths in the target's tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmbench.datasets.sharegpt import DatasetError
+
+
+@dataclass
+class Request:
+    prompt: str | None  # for /v1/completions
+    prompt_len: int
+    output_len: int
+    messages: list[dict] | None = None  # for /v1/chat/completions
+    timestamp: float | None = None  # trace replay: seconds from the start
+    conversation_id: str | None = None
+    turn: int = 0
+    follow_ups: list[str] = field(default_factory=list)  # multi-turn: later user turns
+    follow_up_output_lens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class DatasetInfo:
+    """What a report needs to say about the sample."""
+
+    name: str
+    description: str
+    options: dict[str, Any]
+
+
+NAMES = ("sharegpt", "random", "synthetic", "shared-prefix", "multi-turn", "jsonl")
+
+
+def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> tuple[list[Request], DatasetInfo]:
+    """Build `num_requests` requests of dataset `name`; options are the dataset's own flags."""
+    from llmbench.datasets import (
+        jsonl,
+        multi_turn,
+        random_lengths,
+        shared_prefix,
+        sharegpt_requests,
+        synthetic,
+    )
+
+    builders = {
+        "sharegpt": sharegpt_requests.build,
+        "random": random_lengths.build,
+        "synthetic": synthetic.build,
+        "shared-prefix": shared_prefix.build,
+        "multi-turn": multi_turn.build,
+        "jsonl": jsonl.build,
+    }
+    if name not in builders:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}")
+    return builders[name](tokenizer, num_requests, seed, **options)
+
+
+__all__ = ["NAMES", "DatasetError", "DatasetInfo", "Request", "build"]

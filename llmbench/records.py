@@ -1,0 +1,92 @@
+"""Per-request records: what the client saw, appended to JSONL the moment each request finishes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+@dataclass
+class RequestRecord:
+    """Times are seconds from the run's start (perf_counter), so records of one run line up."""
+
+    index: int
+    scheduled: float  # when the arrival process said to send
+    dispatched: float = 0.0  # when the send loop launched it (lag = dispatched - scheduled)
+    start: float = 0.0  # just before the HTTP POST, after any concurrency slot (vLLM's `st`)
+    end: float = 0.0  # when the response (or the failure) was complete
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk with choices
+    chunk_tokens: list[int | None] = field(default_factory=list)  # from continuous usage, when sent
+    prompt_len: int = 0  # client-side count; replaced by usage.prompt_tokens when returned
+    expected_output_len: int = 0
+    output_tokens: int | None = None  # usage.completion_tokens
+    success: bool = False
+    status: int | None = None
+    error: str = ""
+    warmup: bool = False
+    conversation_id: str | None = None
+    turn: int = 0
+    text_len: int = 0
+    worker: str | None = None  # Locust worker, for distributed runs
+
+    @property
+    def ttft(self) -> float | None:
+        return self.chunk_times[0] - self.start if self.chunk_times else None
+
+    @property
+    def latency(self) -> float | None:
+        return self.chunk_times[-1] - self.start if self.chunk_times else None
+
+    @property
+    def itl(self) -> list[float]:
+        t = self.chunk_times
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+class RecordWriter:
+    """Appends one JSON line per finished request and flushes, so a crash loses nothing measured."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, record: RequestRecord) -> None:
+        self._file.write(record.to_json() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_records(path: Path | str) -> list[RequestRecord]:
+    """Read a records file, skipping a torn last line (a run killed mid-write)."""
+    records = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(RequestRecord(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return records
+
+
+def records_frame(records: list[RequestRecord]):
+    """One row per request with the derived latencies (seconds), as a pandas DataFrame."""
+    import pandas as pd
+
+    rows = []
+    for r in records:
+        row = asdict(r)
+        row.pop("chunk_times")
+        row.pop("chunk_tokens")
+        n = r.output_tokens or 0
+        row.update(ttft=r.ttft, latency=r.latency, num_chunks=len(r.chunk_times),
+                   tpot=(r.latency - r.ttft) / (n - 1) if r.success and n > 1 else None,
+                   send_lag=r.dispatched - r.scheduled, client_queue=r.start - r.scheduled)
+        rows.append(row)
+    return pd.DataFrame(rows)

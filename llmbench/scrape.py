@@ -1,0 +1,85 @@
+"""Poll the target's Prometheus /metrics during a run and keep a time series of the serving gauges."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+# vLLM / our engine, and SGLang's names for the same quantities
+SERIES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+    "vllm:num_preemptions": "preemptions",
+    "vllm:prefix_cache_hits": "prefix_hits",
+    "vllm:prefix_cache_queries": "prefix_queries",
+    "vllm:generation_tokens": "generation_tokens",
+    "vllm:spec_decode_num_draft_tokens": "spec_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "spec_accepted_tokens",
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "waiting",
+    "sglang:token_usage": "kv_usage",
+}
+
+
+def parse(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        key = SERIES.get(family.name)
+        if key is None:
+            continue
+        total = sum(s.value for s in family.samples if not s.name.endswith("_created"))
+        values[key] = values.get(key, 0.0) + total
+    return values
+
+
+class Scraper:
+    """Every `interval` seconds: GET /metrics, parse, append {t, ...} to a JSONL file and to `points`."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, out: Path | None, t0: float,
+                 interval: float = 1.0) -> None:
+        self.session, self.url, self.out, self.t0, self.interval = session, base_url + "/metrics", out, t0, interval
+        self.points: list[dict] = []
+        self.available = True
+        self._task: asyncio.Task | None = None
+
+    async def _loop(self) -> None:
+        file = self.out.open("a", encoding="utf-8") if self.out else None
+        try:
+            while True:
+                await self.scrape_once(file)
+                await asyncio.sleep(self.interval)
+        finally:
+            if file:
+                file.close()
+
+    async def scrape_once(self, file=None) -> None:
+        try:
+            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                if resp.status != 200:
+                    self.available = False
+                    return
+                values = parse(await resp.text())
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return
+        point = {"t": time.perf_counter() - self.t0, **values}
+        self.points.append(point)
+        if file:
+            file.write(json.dumps(point) + "\n")
+            file.flush()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,47 @@
+import math
+
+import numpy as np
+import pytest
+
+from llmbench import arrivals
+from llmbench.sweep import saturation
+
+
+def test_poisson_and_rescale():
+    t = arrivals.schedule(2000, 10.0, 1.0, seed=3)
+    assert t[-1] == pytest.approx(200.0) and np.all(np.diff(t) >= 0)
+    gaps = np.diff(t)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.1)  # exponential: CV 1
+
+
+def test_gamma_burstier_and_constant_and_inf():
+    bursty = np.diff(arrivals.schedule(4000, 10.0, 0.3, seed=1))
+    assert bursty.std() / bursty.mean() == pytest.approx(1 / math.sqrt(0.3), rel=0.1)
+    const = arrivals.schedule(5, 4.0, math.inf)
+    assert np.allclose(const, [0.25, 0.5, 0.75, 1.0, 1.25])
+    assert not arrivals.schedule(7, math.inf).any()
+    assert len(arrivals.schedule(1, 20.0, duration=3.0)) == 60
+    with pytest.raises(ValueError):
+        arrivals.schedule(5, -1.0)
+
+
+def test_parse_rates():
+    assert arrivals.parse_rates("5..50") == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50]
+    assert arrivals.parse_rates("1..2:0.5") == [1, 1.5, 2]
+    assert arrivals.parse_rates("5,10,inf") == [5, 10, math.inf]
+    assert arrivals.parse_rates("1..8") == [1, 2, 3, 4, 5, 6, 7, 8]
+    for bad in ("5..1", "a..b", "0", "-2"):
+        with pytest.raises(ValueError):
+            arrivals.parse_rates(bad)
+
+
+def test_saturation_rules():
+    base = {"completed": 100, "failed": 0, "output_throughput": 1000.0, "p99_ttft_ms": 100.0}
+    assert saturation([], base) is None
+    grew = base | {"output_throughput": 1500.0, "p99_ttft_ms": 300.0}
+    assert saturation([base], grew) is None
+    flat = base | {"output_throughput": 1020.0, "p99_ttft_ms": 250.0}
+    assert "saturated" in saturation([base], flat)
+    failing = base | {"completed": 90, "failed": 10}
+    assert "failed" in saturation([], failing)

@@ -1,0 +1,89 @@
+"""Every metric from hand-made records with known answers (vLLM's definitions)."""
+
+import pytest
+
+from llmbench import metrics
+from llmbench.records import RequestRecord
+
+
+def rec(i, start, chunks, tokens, success=True, prompt=10, scheduled=None, dispatched=None):
+    return RequestRecord(index=i, scheduled=start if scheduled is None else scheduled,
+                         dispatched=start if dispatched is None else dispatched, start=start,
+                         end=chunks[-1] if chunks else start + 0.01, chunk_times=chunks, prompt_len=prompt,
+                         output_tokens=tokens, success=success, status=200 if success else 500,
+                         error="" if success else "HTTP 500: boom")
+
+
+RECORDS = [
+    rec(0, 0.0, [0.1, 0.15, 0.25], 5),  # 3 chunks carrying 5 tokens
+    rec(1, 1.0, [1.2], 1),  # one-token output (a first chunk with empty text still counts)
+    rec(2, 1.5, [], None, success=False),
+    rec(3, 0.2, [0.3, 0.32, 0.34, 0.36], 4),
+]
+
+
+def test_core_definitions():
+    m = metrics.compute(RECORDS, duration=2.0, percentiles=(50, 99), goodput={"ttft": 150})
+    assert m["completed"] == 3 and m["failed"] == 1
+    assert m["total_input_tokens"] == 30 and m["total_output_tokens"] == 10
+    assert m["request_throughput"] == pytest.approx(1.5)
+    assert m["output_throughput"] == pytest.approx(5.0)
+    assert m["total_token_throughput"] == pytest.approx(20.0)
+    # TTFT: 100, 200, 100 ms
+    assert m["mean_ttft_ms"] == pytest.approx(400 / 3)
+    assert m["median_ttft_ms"] == pytest.approx(100)
+    assert m["p99_ttft_ms"] == pytest.approx(100 + 0.98 * 100)
+    # TPOT only for n > 1: (0.25-0.1)/4 = 37.5 ms, (0.36-0.3)/3 = 20 ms
+    assert m["mean_tpot_ms"] == pytest.approx(28.75)
+    # ITL pooled per chunk: 50, 100, 20, 20, 20 ms
+    assert m["mean_itl_ms"] == pytest.approx(42.0)
+    assert m["median_itl_ms"] == pytest.approx(20.0)
+    # E2EL: 250, 200, 160 ms
+    assert m["median_e2el_ms"] == pytest.approx(200)
+    # goodput: TTFT <= 150 ms holds for requests 0 and 3
+    assert m["request_goodput"] == pytest.approx(1.0)
+    assert m["max_concurrent_requests"] == 2
+    assert m["max_output_tokens_per_s"] == 7  # chunks in second 0: 3 + 4
+    assert m["errors"] == {"HTTP 500": 1}
+
+
+def test_goodput_inclusive_and_tpot_zero_for_one_token():
+    m = metrics.compute(RECORDS, duration=1.0, goodput={"ttft": 200, "tpot": 37.5})
+    assert m["request_goodput"] == pytest.approx(3.0)  # bounds are inclusive; n=1 has TPOT 0
+    m = metrics.compute(RECORDS, duration=1.0, goodput={"e2el": 199})
+    assert m["request_goodput"] == pytest.approx(1.0)
+
+
+def test_without_usage_counts_chunks():
+    r = rec(0, 0.0, [0.1, 0.2, 0.3], None)
+    m = metrics.compute([r], duration=1.0)
+    assert m["total_output_tokens"] == 3 and m["mean_tpot_ms"] == pytest.approx(100)
+
+
+def test_no_success_gives_zeros():
+    m = metrics.compute([rec(0, 0.0, [], None, success=False)], duration=1.0)
+    assert m["completed"] == 0 and m["mean_ttft_ms"] == 0.0 and m["output_throughput"] == 0.0
+
+
+def test_warmup_excluded():
+    warm = rec(9, 0.0, [5.0], 100)
+    warm.warmup = True
+    m = metrics.compute([warm, *RECORDS], duration=2.0)
+    assert m["completed"] == 3 and m["total_output_tokens"] == 10
+
+
+def test_parse_goodput():
+    assert metrics.parse_goodput("ttft:500 tpot:50") == {"ttft": 500.0, "tpot": 50.0}
+    assert metrics.parse_goodput(["e2el:3000"]) == {"e2el": 3000.0}
+    for bad in ("latency:5", "ttft", "ttft:-1"):
+        with pytest.raises(ValueError):
+            metrics.parse_goodput(bad)
+
+
+def test_client_health_flags_lag():
+    late = [rec(i, i * 0.1, [i * 0.1 + 0.05], 1, scheduled=i * 0.1, dispatched=i * 0.1 + 0.05) for i in range(1, 30)]
+    m = metrics.compute(late, requested_rate=10.0)
+    assert m["p99_send_lag_ms"] == pytest.approx(50) and m["client_overloaded"]
+    on_time = [rec(i, i * 0.1, [i * 0.1 + 0.05], 1) for i in range(1, 30)]
+    m = metrics.compute(on_time, requested_rate=10.0)
+    assert not m["client_overloaded"] and m["achieved_rate"] == pytest.approx(10.0, rel=0.01)

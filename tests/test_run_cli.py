@@ -1,0 +1,99 @@
+"""`llmbench run` / `sweep` end to end against the scripted server: files, errors, a dying target."""
+
+import json
+import threading
+import time
+
+import pandas as pd
+from click.testing import CliRunner
+
+from llmbench.cli import main
+from llmbench.records import read_records
+
+
+def invoke(*args):
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result
+
+
+def test_run_writes_results(scripted, tmp_path, tiny_model):
+    server = scripted("--ttft-ms", "5", "--itl-ms", "1", "--tokens-per-chunk", "3")
+    out = tmp_path / "res"
+    result = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20",
+                    "--num-prompts", "30", "--out", str(out), "--no-progress", "--goodput", "ttft:1000")
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "rate-20.json").read_text())
+    for key in ("date", "backend", "model_id", "request_rate", "burstiness", "completed", "failed",
+                "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+                "max_output_tokens_per_s", "max_concurrent_requests", "p99_ttft_ms", "median_tpot_ms",
+                "p99_itl_ms", "mean_e2el_ms", "achieved_rate", "p99_send_lag_ms"):
+        assert key in data, key
+    assert data["completed"] == 30 and data["model_id"] == "scripted" and data["request_goodput"] > 0
+    records = read_records(out / "rate-20.records.jsonl")
+    assert len(records) == 30
+    assert all(set(r.chunk_tokens) <= {3, 1, 2} for r in records)  # continuous usage gives tokens per chunk
+    assert (out / "rate-20.server_metrics.jsonl").read_text()
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["dataset"]["name"] == "sharegpt" and meta["target"]["model"] == "scripted"
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["label"]) == ["rate-20"]
+
+
+def test_sweep_multiple_rates_and_chat(scripted, tmp_path, tiny_model):
+    server = scripted("--ttft-ms", "2", "--itl-ms", "1")
+    out = tmp_path / "sweep"
+    result = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "5,10",
+                    "--duration", "2", "--out", str(out), "--no-progress", "--backend", "openai-chat",
+                    "--dataset", "random", "--random-input-len", "32", "--random-output-len", "8")
+    assert result.exit_code == 0, result.output
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["request_rate"]) == [5, 10]
+    assert list(summary["completed"]) == [10, 20]
+
+
+def test_target_dies_mid_run(scripted, tmp_path, tiny_model):
+    server = scripted("--ttft-ms", "5", "--itl-ms", "5")
+    out = tmp_path / "dead"
+    killer = threading.Timer(2.0, server.stop)
+    killer.start()
+    t0 = time.time()
+    result = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20",
+                    "--num-prompts", "400", "--output-len", "20", "--out", str(out), "--no-progress")
+    killer.join()
+    assert time.time() - t0 < 15  # ends by itself, long before the 20 s schedule
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "rate-20.json").read_text())
+    assert data["completed"] >= 20 and data["failed"] >= 10
+    assert any("stopped answering" in note for note in data["notes"])
+    assert "stopped answering" in result.output
+    records = read_records(out / "rate-20.records.jsonl")
+    assert sum(r.success for r in records) == data["completed"]
+
+
+def test_clear_errors(scripted, tmp_path, tiny_model):
+    server = scripted()
+    r = invoke("run", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--out", str(tmp_path / "a"))
+    assert r.exit_code == 1 and "cannot reach http://127.0.0.1:9" in r.output
+    r = invoke("run", "--base-url", server.url, "--model", "nope", "--num-prompts", "2", "--out", str(tmp_path / "b"))
+    assert r.exit_code == 1 and "model 'nope' is not served" in r.output and "scripted" in r.output
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset-path",
+               str(tmp_path / "missing.json"), "--num-prompts", "2", "--out", str(tmp_path / "c"))
+    assert r.exit_code == 1 and "no such dataset file" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"id": "a", "conversations": [{"from": "human", "value": "hello there friend"}, {"from": "gpt", '
+                   '"value": "hi how are you doing"}]}, {"id": "b", "conv')
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset-path", str(bad),
+               "--num-prompts", "2", "--out", str(tmp_path / "d"), "--no-progress")
+    assert r.exit_code == 0 and "kept 1 complete conversations; the file is truncated" in r.output
+    r = invoke("run", "--rate", "fast")
+    assert r.exit_code == 2 and "Invalid value for --rate: 'fast' is not a rate" in r.output
+    r = invoke("run", "--base-url", server.url, "--dataset", "random", "--output-len", "5", "--tokenizer",
+               str(tiny_model))
+    assert r.exit_code == 2 and "--output-len does not apply to the random dataset" in r.output
+
+
+def test_all_failures_exit_nonzero(scripted, tmp_path, tiny_model):
+    server = scripted("--fail-every", "1")
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--num-prompts", "5", "--rate", "50",
+               "--out", str(tmp_path / "f"), "--no-progress")
+    assert r.exit_code == 1 and "nothing could be measured" in r.output and "HTTP 500" in r.output
