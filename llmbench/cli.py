@@ -6,7 +6,7 @@ import click
 
 from llmbench import __version__
 from llmbench.arrivals import parse_rate, parse_rates
-from llmbench.cli_bench import common_options, execute
+from llmbench.cli_bench import common_options, execute, print_summary
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -42,7 +42,25 @@ def sweep(ctx: click.Context, rate: str, **opts) -> None:
         raise click.BadParameter(str(err), param_hint="--rate") from None
     out = execute(ctx, {"rate": rate, **opts}, rates, default_prompts=None, default_duration=15.0,
                   stop_when_saturated=True)
+    print_summary(out)
+    from llmbench.report import build_report
+
+    click.echo(f"report: {build_report([out], out / 'report.html')}")
     click.echo(f"results: {out}")
+
+
+@main.command()
+@click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", default="report.html", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--title", help="Page title.")
+def report(folders: tuple[str, ...], output: str, title: str | None) -> None:
+    """Write one self-contained HTML report of one or more results folders (overlaid when several)."""
+    from llmbench.report import build_report
+
+    try:
+        click.echo(build_report(list(folders), output, title))
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
 
 
 @main.group()

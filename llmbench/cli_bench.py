@@ -186,3 +186,23 @@ def _print_row(row: dict) -> None:
                f"output {row['output_throughput']:.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
                f"{row['p99_ttft_ms']:.0f} ms, TPOT P50/P99 {row['median_tpot_ms']:.1f}/{row['p99_tpot_ms']:.1f} ms"
                + (f" — {notes}" if notes else ""))
+
+
+def print_summary(out_dir: Path) -> None:
+    """The sweep's table: one row per rate."""
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    frame = pd.read_csv(out_dir / "summary.csv")
+    table = Table(title=f"llmbench sweep — {out_dir}")
+    columns = [("request_rate", "rate", "{:g}"), ("achieved_rate", "sent/s", "{:.2f}"),
+               ("request_throughput", "req/s", "{:.2f}"), ("output_throughput", "out tok/s", "{:.0f}"),
+               ("median_ttft_ms", "TTFT P50", "{:.0f}"), ("p99_ttft_ms", "TTFT P99", "{:.0f}"),
+               ("median_tpot_ms", "TPOT P50", "{:.1f}"), ("p99_tpot_ms", "TPOT P99", "{:.1f}"),
+               ("failed", "failed", "{:.0f}")]
+    for _, title, _ in columns:
+        table.add_column(title, justify="right")
+    for _, row in frame.iterrows():
+        table.add_row(*[fmt.format(float(row[key])) if pd.notna(row[key]) else "-" for key, _, fmt in columns])
+    Console().print(table)

@@ -57,7 +57,8 @@ async def _stream(request: web.Request, body: dict, chat: bool) -> web.StreamRes
     await resp.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
     if request.app["truth"] is not None:
         prompt = body.get("prompt") if not chat else body["messages"][-1]["content"]
-        request.app["truth"].write(json.dumps({"prompt": prompt, "chunk_offsets": written}) + "\n")
+        entry = {"prompt": prompt, "chunk_offsets": written, "messages": body.get("messages")}
+        request.app["truth"].write(json.dumps(entry) + "\n")
         request.app["truth"].flush()
     return resp
 

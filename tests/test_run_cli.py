@@ -97,3 +97,47 @@ def test_all_failures_exit_nonzero(scripted, tmp_path, tiny_model):
     r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--num-prompts", "5", "--rate", "50",
                "--out", str(tmp_path / "f"), "--no-progress")
     assert r.exit_code == 1 and "nothing could be measured" in r.output and "HTTP 500" in r.output
+
+
+def test_multi_turn_sends_actual_replies(scripted, tmp_path, tiny_model):
+    truth = tmp_path / "truth.jsonl"
+    server = scripted("--truth-file", str(truth))
+    out = tmp_path / "mt"
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset", "multi-turn",
+               "--max-turns", "3", "--backend", "openai-chat", "--num-prompts", "4", "--rate", "inf",
+               "--output-len", "3", "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    entries = [json.loads(line) for line in truth.read_text().splitlines()]
+    later = [e for e in entries if len(e["messages"]) > 1]
+    assert later and all(e["messages"][-2] == {"role": "assistant", "content": " tok" * 3} for e in later)
+    records = read_records(out / "rate-inf.records.jsonl")
+    assert {r.turn for r in records} >= {0, 1} and len(records) == len(entries)
+
+
+def test_trace_replay_uses_timestamps(scripted, tmp_path, tiny_model):
+    server = scripted()
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(json.dumps({"prompt": f"p{i}", "output_len": 2, "timestamp": 10 + 0.3 * i})
+                               for i in range(5)))
+    out = tmp_path / "trace"
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset", "jsonl",
+               "--dataset-path", str(trace), "--out", str(out), "--no-progress", "--rate", "100")
+    assert r.exit_code == 0, r.output
+    records = sorted(read_records(out / "rate-100.records.jsonl"), key=lambda x: x.index)
+    assert [round(x.scheduled, 6) for x in records] == [0.0, 0.3, 0.6, 0.9, 1.2]
+
+
+def test_embedded_engine_and_results_api(tmp_path, tiny_model):
+    from llmbench.results import load_records, load_results, load_server_metrics
+
+    out = tmp_path / "embedded"
+    r = invoke("run", "--model", str(tiny_model), "--num-prompts", "6", "--rate", "inf", "--output-len", "8",
+               "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    results = load_results(out)
+    assert results[0]["completed"] == 6 and results[0]["model_id"] == "llmbench-tiny"
+    frame = load_records(out)
+    assert len(frame) == 6 and {"ttft", "tpot", "latency", "send_lag"} <= set(frame.columns)
+    assert frame["output_tokens"].tolist() == [8] * 6
+    assert "kv_usage" in load_server_metrics(out, "rate-inf").columns
+    assert (out / "engine.log").is_file()

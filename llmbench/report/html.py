@@ -1,0 +1,178 @@
+"""Render results folders into one self-contained HTML file (inline SVG and CSS, no network)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jinja2
+
+from llmbench import __version__
+from llmbench.report import plots
+from llmbench.results import load_metadata, load_records, load_results, load_server_metrics
+
+DEFAULT_SLOS = {"ttft": 2000.0, "tpot": 100.0}  # MLPerf Inference LLM server scenario (P99)
+HEADLINE = ["request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+            "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms"]
+LOWER_IS_BETTER = {m for m in HEADLINE if m.endswith("_ms")}
+TAIL_WARNING = 5.0
+
+
+def knee(results: list[dict]) -> float | None:
+    """The highest rate before P99 TTFT passes twice its lowest-rate value (or the sweep saturated)."""
+    if not results:
+        return None
+    base = results[0]["p99_ttft_ms"] or 1e-9
+    best = None
+    for r in results:
+        if r.get("saturated") or r["p99_ttft_ms"] > 2 * base or r.get("failed", 0) > 0.05 * max(
+                r.get("num_prompts", 1), 1):
+            break
+        best = math.inf if r["request_rate"] == "inf" else float(r["request_rate"])
+    return best
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def summary_rows(results: list[dict], slos: dict[str, float]) -> list[dict]:
+    rows = []
+    for r in results:
+        cells = []
+        for key, digits in (("request_rate", 2), ("achieved_rate", 2), ("request_throughput", 2),
+                            ("output_throughput", 0), ("total_token_throughput", 0), ("request_goodput", 2)):
+            cells.append((_fmt(r.get(key), digits), False))
+        for metric in ("ttft", "tpot", "itl", "e2el"):
+            for p in ("median", "p90", "p99"):
+                value = r.get(f"{p}_{metric}_ms")
+                bad = p == "p99" and metric in slos and value is not None and value > slos[metric]
+                cells.append((_fmt(value), bad))
+        cells.append((_fmt(r.get("failed")), bool(r.get("failed"))))
+        cells.append((_fmt(r.get("p99_send_lag_ms"), 2), bool(r.get("client_overloaded"))))
+        median = r.get("median_ttft_ms") or 0
+        ratio = r["p99_ttft_ms"] / median if median else None
+        cells.append((_fmt(ratio, 2), ratio is not None and ratio > TAIL_WARNING))
+        rows.append({"label": r["label"], "cells": cells, "notes": r.get("notes") or [],
+                     "saturated": r.get("saturated")})
+    return rows
+
+
+SUMMARY_HEADER = (["rate", "sent/s", "req/s", "out tok/s", "total tok/s", "goodput"] +
+                  [f"{m} {p}" for m in ("TTFT", "TPOT", "ITL", "E2EL") for p in ("P50", "P90", "P99")] +
+                  ["failed", "send lag P99", "P99/P50 TTFT"])
+
+
+def comparison(runs: dict[str, list[dict]]) -> list[dict]:
+    """B/A ratios of every headline metric at the rates both runs measured."""
+    names = list(runs)
+    base_name, tables = names[0], []
+    base = {str(r["request_rate"]): r for r in runs[base_name]}
+    for other in names[1:]:
+        rows = []
+        for r in runs[other]:
+            a = base.get(str(r["request_rate"]))
+            if a is None:
+                continue
+            cells = []
+            for m in HEADLINE:
+                ratio = r[m] / a[m] if a.get(m) else None
+                worse = ratio is not None and ((ratio > 1.05) if m in LOWER_IS_BETTER else (ratio < 0.95))
+                cells.append((_fmt(ratio, 3), worse))
+            rows.append({"rate": r["request_rate"], "cells": cells})
+        tables.append({"a": base_name, "b": other, "rows": rows})
+    return tables
+
+
+def build_report(folders: list[Path | str], out: Path | str, title: str | None = None) -> Path:
+    folders = [Path(f) for f in folders]
+    runs: dict[str, list[dict]] = {}
+    metas, records, plans = {}, {}, {}
+    for i, folder in enumerate(folders):
+        results = load_results(folder)
+        if not results:
+            raise ValueError(f"{folder}: no results (expected <label>.json files from llmbench run/sweep)")
+        name = folder.name if len(folders) == 1 else f"{chr(65 + i)}: {folder.name}"
+        runs[name] = results
+        metas[name] = load_metadata(folder)
+        records[name] = load_records(folder)
+        plan_path = folder / "plan.json"
+        if plan_path.is_file():
+            plans[name] = json.loads(plan_path.read_text())
+    first = next(iter(runs.values()))
+    given = first[0].get("goodput_slos_ms") or {}
+    slos = {k: float(v) for k, v in given.items()} or dict(DEFAULT_SLOS)
+    knees = {name: knee(results) for name, results in runs.items()}
+    sections = []
+    for name, results in runs.items():
+        folder = folders[list(runs).index(name)]
+        frame = records[name]
+        timelines = []
+        for r in results:
+            sub = frame[frame["label"] == r["label"]] if not frame.empty else frame
+            if sub.empty:
+                continue
+            chunks = _chunk_times(folder, r)
+            timelines.append({"label": r["label"], "svg": plots.timeline(sub, load_server_metrics(folder, r["label"]),
+                                                                           chunks, r["label"])})
+        warnings = [f"{r['label']}: P99/P50 TTFT = {r['p99_ttft_ms'] / r['median_ttft_ms']:.1f} > {TAIL_WARNING:g} — "
+                    "queueing has run away at this rate" for r in results
+                    if r.get("median_ttft_ms") and r["p99_ttft_ms"] / r["median_ttft_ms"] > TAIL_WARNING]
+        sections.append({
+            "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos),
+            "knee": knees[name], "warnings": warnings,
+            "cdf": plots.cdfs(frame) if not frame.empty else None,
+            "lengths": plots.length_histograms(frame) if not frame.empty else None,
+            "timelines": timelines, "plan": plans.get(name),
+            "meta_rows": _meta_rows(metas[name], results[0]),
+        })
+    env = jinja2.Environment(loader=jinja2.PackageLoader("llmbench.report", "."), autoescape=True)
+    page = env.get_template("template.html").render(
+        title=title or f"llmbench report — {', '.join(runs)}", version=__version__, sections=sections,
+        header=SUMMARY_HEADER, slos=slos, slos_are_default=not given,
+        curve=plots.throughput_latency(runs, slos, knees), percentiles=plots.percentiles_vs_rate(runs),
+        tail=plots.tail_ratio(runs), comparisons=comparison(runs) if len(runs) > 1 else [],
+        headline=HEADLINE,
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _chunk_times(folder: Path, result: dict) -> list[list[float]]:
+    path = folder / result.get("records_file", f"{result['label']}.records.jsonl")
+    if not path.is_file():
+        return []
+    times = []
+    for line in path.read_text().splitlines():
+        try:
+            times.append(json.loads(line)["chunk_times"])
+        except (json.JSONDecodeError, KeyError):
+            continue
+    return times
+
+
+def _meta_rows(meta: dict, first: dict) -> list[tuple[str, str]]:
+    target = meta.get("target", {})
+    version = target.get("version") or {}
+    rows = [
+        ("target", f"{target.get('base_url', '?')}{' (bundled engine)' if target.get('bundled') else ''}"),
+        ("model", first.get("model_id", "?")),
+        ("engine", f"{version.get('engine', '')} {version.get('version', '')}".strip() or "unknown"),
+        ("engine flags", json.dumps(version.get("config")) if version.get("config") else "not reported"),
+        ("dataset", first.get("dataset_description", "")),
+        ("arrivals", f"{'Poisson' if first.get('burstiness') == 1.0 else 'gamma, burstiness ' + str(first.get('burstiness'))}"
+                     f"{', max concurrency ' + str(first['max_concurrency']) if first.get('max_concurrency') else ''}"),
+        ("ignore_eos", str(first.get("ignore_eos"))),
+        ("seed", str(first.get("seed"))),
+        ("tokenizer", str(first.get("tokenizer_id"))),
+        ("llmbench", str(first.get("llmbench_version"))),
+        ("machine", json.dumps(meta.get("machine", {}))),
+    ]
+    return rows
