@@ -11,7 +11,6 @@ from click.testing import CliRunner
 from llmbench.cli import main
 
 
-
 def chromium() -> str | None:
     """Debian's chromium; installed here with apt-get when missing and we may (CI runs as root)."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
