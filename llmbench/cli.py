@@ -7,6 +7,7 @@ import click
 from llmbench import __version__
 from llmbench.arrivals import parse_rate, parse_rates
 from llmbench.cli_bench import common_options, execute, print_summary
+from llmbench.cli_gate import gate_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -61,6 +62,9 @@ def report(folders: tuple[str, ...], output: str, title: str | None) -> None:
         click.echo(build_report(list(folders), output, title))
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+
+
+main.add_command(gate_command)
 
 
 @main.group()

@@ -1,0 +1,124 @@
+"""`llmbench gate`: compare a run with a baseline (exit 0 pass, 1 regression, 2 unusable input)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from llmbench import gate as g
+from llmbench import gate_ratio
+
+
+@click.command("gate")
+@click.option("--baseline", type=click.Path(), required=True, help="Results folder, result JSON or baseline file.")
+@click.option("--current", type=click.Path(), help="Results folder or result JSON (ours or vLLM's).")
+@click.option("--max-regression", default=None, help="e.g. p99_ttft=10%,p99_tpot=10%,output_throughput=5%")
+@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.9999))
+@click.option("--update-baseline", is_flag=True, help="Write the current run as the new baseline file and exit.")
+@click.option("--summary", "summary_path", default="gate-summary.md", show_default=True, type=click.Path())
+@click.option("--junit", "junit_path", default="gate-junit.xml", show_default=True, type=click.Path())
+@click.option("--ratio", is_flag=True, help="Ratio mode: measure candidate and reference interleaved, gate ratios.")
+@click.option("--name", default="pair", show_default=True, help="Ratio mode: name of this pair in the baseline.")
+@click.option("--candidate", default="", help="Ratio mode: bundled-engine flags, e.g. batching=continuous.")
+@click.option("--reference", default="", help="Ratio mode: bundled-engine flags, e.g. batching=static.")
+@click.option("--candidate-url", help="Ratio mode: an external candidate server instead.")
+@click.option("--reference-url", help="Ratio mode: an external reference server instead.")
+@click.option("--model", help="Ratio mode: model for the bundled engines (folder), or the name to request.")
+@click.option("--dataset", default="sharegpt", show_default=True)
+@click.option("--dataset-option", multiple=True, help="Ratio mode: KEY=VALUE for the dataset builder.")
+@click.option("--num-prompts", default=32, show_default=True)
+@click.option("--rounds", default=2, show_default=True, help="Ratio mode: A B rounds.")
+@click.option("--rate", default="inf", show_default=True)
+def gate_command(baseline, current, max_regression, confidence, update_baseline, summary_path, junit_path, ratio,
+                 name, candidate, reference, candidate_url, reference_url, model, dataset, dataset_option,
+                 num_prompts, rounds, rate) -> None:
+    """Fail CI on a performance regression that is beyond tolerance and statistically significant."""
+    try:
+        tolerances = g.parse_tolerances(max_regression)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--max-regression") from None
+    if ratio:
+        code = _ratio(baseline, update_baseline, tolerances, confidence, name, candidate, reference, candidate_url,
+                      reference_url, model, dataset, dataset_option, num_prompts, rounds, rate, summary_path)
+        sys.exit(code)
+    if current is None:
+        raise click.UsageError("--current is required (or use --ratio)")
+    try:
+        cur = g.load_runs(current)
+        if update_baseline:
+            click.echo(f"baseline written: {g.write_baseline(cur, baseline)}")
+            return
+        result = g.compare(g.load_runs(baseline), cur, tolerances, confidence)
+    except g.GateInputError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    text = g.markdown(result)
+    Path(summary_path).write_text(text)
+    Path(junit_path).write_text(g.junit(result))
+    click.echo(text)
+    sys.exit(result.exit_code)
+
+
+def _ratio(baseline, update, tolerances, confidence, name, candidate, reference, candidate_url, reference_url,
+           model, dataset, dataset_option, num_prompts, rounds, rate, summary_path) -> int:
+    from llmbench.arrivals import parse_rate
+
+    try:
+        options = dict(_kv(o) for o in dataset_option)
+        sides = [gate_ratio.Side("reference", reference_url, gate_ratio.parse_flags(reference)),
+                 gate_ratio.Side("candidate", candidate_url, gate_ratio.parse_flags(candidate))]
+        measured = gate_ratio.measure(sides, dataset, options, num_prompts, rounds, model, parse_rate(rate))
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    current = gate_ratio.ratios(measured, "candidate", "reference", list(tolerances), confidence)
+    path = Path(baseline)
+    if update:
+        data = gate_ratio.load(path) if path.is_file() else {"pairs": {}}
+        data["pairs"][name] = {"candidate": candidate or candidate_url, "reference": reference or reference_url,
+                               "dataset": dataset, "num_prompts": num_prompts, "ratios": current}
+        gate_ratio.save(path, data["pairs"], {})
+        click.echo(f"ratio baseline {name!r} written to {path}")
+        _print_ratios(current)
+        return 0
+    if not path.is_file():
+        click.echo(f"error: {path}: no ratio baseline (run with --update-baseline first)", err=True)
+        return 2
+    pairs = gate_ratio.load(path)["pairs"]
+    if name not in pairs:
+        click.echo(f"error: {path} has no pair {name!r} (it has {', '.join(pairs)})", err=True)
+        return 2
+    rows = gate_ratio.gate(current, pairs[name]["ratios"], tolerances)
+    lines = [f"## llmbench ratio gate `{name}`: {'❌ regression' if any(r['verdict'] == 'regression' for r in rows) else '✅ pass'}",
+             "", "| metric | baseline ratio | current ratio | interval | change (+ = worse) | verdict |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["verdict"] == "missing":
+            lines.append(f"| {r['metric']} | – | {r['ratio']:.3f} | – | – | missing |")
+            continue
+        lines.append(f"| {r['metric']} | {r['baseline_ratio']:.3f} | {r['ratio']:.3f} | [{r['ci'][0]:.3f}, "
+                     f"{r['ci'][1]:.3f}] | {r['change'] * 100:+.1f}% | {r['verdict']} |")
+    text = "\n".join(lines) + "\n"
+    Path(summary_path).write_text(text)
+    click.echo(text)
+    return 1 if any(r["verdict"] == "regression" for r in rows) else 0
+
+
+def _kv(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"bad --dataset-option {text!r}: use KEY=VALUE")
+    for cast in (int, float):
+        try:
+            return key, cast(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def _print_ratios(current: dict) -> None:
+    for metric, r in current.items():
+        shown = f"{r['ratio']:.3f}" if math.isfinite(r["ratio"]) else "nan"
+        click.echo(f"  {metric}: candidate/reference = {shown} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]")

@@ -1,0 +1,129 @@
+"""Gates on generated per-request samples: real regressions fail, reruns of the same distribution pass."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from llmbench import gate as g
+from llmbench.cli import main
+
+
+def make_run(rng, n=600, ttft_scale=1.0, tpot_scale=1.0, label="rate-10"):
+    ttft = rng.lognormal(np.log(200), 0.5, n) * ttft_scale
+    tpot = rng.lognormal(np.log(40), 0.25, n) * tpot_scale
+    tokens = rng.integers(50, 400, n).astype(float)
+    e2el = ttft + tpot * (tokens - 1)
+    samples = {"ttft": ttft, "tpot": tpot, "e2el": e2el, "itl": tpot, "tokens": tokens}
+    duration = 60.0 * tpot_scale
+    metrics = {"output_throughput": tokens.sum() / duration}
+    for name in ("ttft", "tpot", "e2el", "itl"):
+        v = samples[name]
+        metrics |= {f"mean_{name}_ms": v.mean(), f"median_{name}_ms": np.median(v),
+                    f"p90_{name}_ms": np.percentile(v, 90), f"p99_{name}_ms": np.percentile(v, 99)}
+    return {label: g.Run(label, metrics, samples, duration, "m", "sharegpt")}
+
+
+TOL = g.parse_tolerances("p99_ttft=10%,p99_tpot=10%,output_throughput=5%")
+
+
+def test_injected_regression_fails():
+    rng = np.random.default_rng(0)
+    base = make_run(rng)
+    worse = make_run(rng, ttft_scale=1.2)
+    result = g.compare(base, worse, TOL)
+    verdicts = {c.metric: c.verdict for c in result.checks}
+    assert verdicts["p99_ttft"] == "regression" and result.exit_code == 1
+    assert verdicts["p99_tpot"] == "pass"
+
+
+def test_false_failure_rate_over_50_reruns():
+    rng = np.random.default_rng(1)
+    base = make_run(rng)
+    failures = sum(g.compare(base, make_run(rng), TOL, rounds=500, seed=i).exit_code for i in range(50))
+    assert failures <= 2
+
+
+def test_throughput_drop_fails():
+    rng = np.random.default_rng(2)
+    base = make_run(rng)
+    slower = make_run(rng, tpot_scale=1.25)  # longer duration for the same tokens
+    result = g.compare(base, slower, TOL)
+    assert {c.metric for c in result.checks if c.verdict == "regression"} >= {"output_throughput", "p99_tpot"}
+
+
+def test_vllm_save_result_as_baseline(tmp_path):
+    rng = np.random.default_rng(3)
+    n = 300
+    ttfts = rng.lognormal(np.log(0.2), 0.4, n)
+    itls = [list(rng.lognormal(np.log(0.04), 0.2, 20)) for _ in range(n)]
+    vllm = {"date": "20260101-000000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+            "tokenizer_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": n, "request_rate": 10.0,
+            "burstiness": 1.0, "max_concurrency": None, "duration": 30.0, "completed": n, "failed": 0,
+            "total_input_tokens": 60000, "total_output_tokens": 21 * n, "request_throughput": n / 30,
+            "output_throughput": 21 * n / 30, "total_token_throughput": (60000 + 21 * n) / 30,
+            "mean_ttft_ms": float(ttfts.mean() * 1000), "median_ttft_ms": float(np.median(ttfts) * 1000),
+            "p99_ttft_ms": float(np.percentile(ttfts, 99) * 1000), "mean_tpot_ms": 40.0, "median_tpot_ms": 40.0,
+            "p99_tpot_ms": 55.0, "input_lens": [200] * n, "output_lens": [21] * n, "ttfts": list(ttfts),
+            "itls": itls}
+    path = tmp_path / "vllm-10.0qps-Llama-3.1-8B-20260101-000000.json"
+    path.write_text(json.dumps(vllm))
+    runs = g.load_runs(path)
+    run = runs["rate-10"]
+    assert run.samples["ttft"].size == n and run.samples["tpot"].size == n
+    same = g.compare(runs, runs, TOL)
+    assert same.exit_code == 0 and all(c.method == "bootstrap" for c in same.checks)
+    summary_only = dict(vllm)
+    for key in ("ttfts", "itls", "input_lens", "output_lens"):
+        summary_only.pop(key)
+    path2 = tmp_path / "summary.json"
+    path2.write_text(json.dumps(summary_only | {"p99_ttft_ms": vllm["p99_ttft_ms"] * 1.3}))
+    result = g.compare(runs, g.load_runs(path2), TOL)
+    assert result.exit_code == 1 and any("thresholds only" in w for w in result.warnings)
+
+
+def test_cli_exit_codes_and_outputs(tmp_path, scripted, tiny_model):
+    fast = scripted("--ttft-ms", "5", "--itl-ms", "1")
+    runner = CliRunner()
+    folders = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        r = runner.invoke(main, ["run", "--base-url", fast.url, "--tokenizer", str(tiny_model), "--rate", "30",
+                                 "--num-prompts", "60", "--output-len", "10", "--out", str(out), "--no-progress"])
+        assert r.exit_code == 0, r.output
+        folders.append(out)
+    summary, junit = tmp_path / "s.md", tmp_path / "j.xml"
+    r = runner.invoke(main, ["gate", "--baseline", str(folders[0]), "--current", str(folders[1]),
+                             "--max-regression", "p99_ttft=50%,output_throughput=20%", "--summary", str(summary),
+                             "--junit", str(junit)])
+    assert r.exit_code == 0, r.output
+    assert "✅ pass" in summary.read_text() and 'failures="0"' in junit.read_text()
+    baseline = tmp_path / "baseline.json"
+    r = runner.invoke(main, ["gate", "--baseline", str(baseline), "--current", str(folders[0]), "--update-baseline"])
+    assert r.exit_code == 0 and baseline.stat().st_size < 200_000
+    r = runner.invoke(main, ["gate", "--baseline", str(baseline), "--current", str(folders[1]), "--summary",
+                             str(summary), "--junit", str(junit)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["gate", "--baseline", str(tmp_path / "nope"), "--current", str(folders[1])])
+    assert r.exit_code == 2 and "no such file" in r.output
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"completed": 1, "request_rate": 99, "p99_ttft_ms": 1.0}))
+    r = runner.invoke(main, ["gate", "--baseline", str(other), "--current", str(folders[1])])
+    assert r.exit_code == 2 and "nothing comparable" in r.output
+
+
+def test_mismatch_warns():
+    rng = np.random.default_rng(4)
+    base = make_run(rng)
+    cur = make_run(rng)
+    cur["rate-10"].model = "other-model"
+    result = g.compare(base, cur, TOL)
+    assert any("model differs" in w for w in result.warnings)
+    assert "model differs" in g.markdown(result)
+
+
+def test_bad_tolerances():
+    for bad in ("p99_ttft", "latency=5%", "p99_ttft=-1%"):
+        with pytest.raises(ValueError):
+            g.parse_tolerances(bad)
