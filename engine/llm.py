@@ -128,6 +128,7 @@ class LLM:
         if not batch:
             return []
         logits, rows = self.runner.execute(batch)
+        context = sum(s.num_computed_tokens + n for s, n in zip(batch.seqs, batch.num_tokens, strict=True))
         num_decode = sum(1 for seq, n in zip(batch.seqs, batch.num_tokens, strict=True)
                          if n == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens)
         for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
@@ -150,7 +151,7 @@ class LLM:
             num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
             kv_usage=self.block_manager.usage().usage, prefix_queried_tokens=batch.prefix_queried_tokens,
             prefix_hit_tokens=batch.prefix_hit_tokens, num_preemptions=batch.num_preempted,
-            num_generated_tokens=len(tokens),
+            num_generated_tokens=len(tokens), num_seqs=len(batch.seqs), num_context_tokens=context,
         ))
         return [self._output(req) for req in changed.values()]
 

@@ -236,6 +236,16 @@ async def version(request: web.Request) -> web.Response:
                               "model": str(llm.model_path), "config": config})
 
 
+async def engine_steps(request: web.Request) -> web.Response:
+    """Per-step statistics (prefill/decode tokens, batch, step seconds) for planners; `?since=INDEX`."""
+    try:
+        since = int(request.query.get("since", "-1"))
+    except ValueError:
+        raise APIError(400, "'since' must be an integer", "since") from None
+    llm: LLM = request.app[STATE]["engine"].llm
+    return web.json_response({"steps": llm.stats.as_records(since), "totals": llm.stats.totals})
+
+
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if not state["engine"].llm.has_unfinished():
@@ -259,6 +269,7 @@ def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | Non
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/engine/steps", engine_steps)
 
     async def on_startup(app: web.Application) -> None:
         aengine.start()

@@ -19,6 +19,9 @@ class StepStats:
     prefix_hit_tokens: int
     num_preemptions: int
     num_generated_tokens: int
+    num_seqs: int = 0  # sequences in the step's batch
+    num_context_tokens: int = 0  # K/V tokens attended over, summed over the batch
+    index: int = 0  # position in the engine's life, for incremental reads
 
 
 _SUMMED = ("step_seconds", "num_prefill_tokens", "num_decode_tokens", "prefix_queried_tokens",
@@ -31,13 +34,15 @@ class StatsLog:
         self.totals: dict[str, float] = dict.fromkeys(_SUMMED, 0) | {"steps": 0}
 
     def record(self, stats: StepStats) -> None:
+        stats.index = int(self.totals["steps"])
         self.steps.append(stats)
         self.totals["steps"] += 1
         for name in _SUMMED:
             self.totals[name] += getattr(stats, name)
 
-    def as_records(self) -> list[dict]:
-        return [asdict(s) for s in self.steps]
+    def as_records(self, since: int = -1) -> list[dict]:
+        """Steps with index > since still in the ring buffer."""
+        return [asdict(s) for s in list(self.steps) if s.index > since]
 
     @staticmethod
     def columns() -> list[str]:

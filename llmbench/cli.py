@@ -8,6 +8,7 @@ from llmbench import __version__
 from llmbench.arrivals import parse_rate, parse_rates
 from llmbench.cli_bench import common_options, execute, print_summary
 from llmbench.cli_gate import gate_command
+from llmbench.cli_plan import plan_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -65,6 +66,7 @@ def report(folders: tuple[str, ...], output: str, title: str | None) -> None:
 
 
 main.add_command(gate_command)
+main.add_command(plan_command)
 
 
 @main.group()

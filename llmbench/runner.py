@@ -76,7 +76,8 @@ class Run:
             scraper = None
             if cfg.scrape:
                 out = Path(f"{self.out_prefix}.server_metrics.jsonl") if self.out_prefix else None
-                scraper = Scraper(session, cfg.base_url.rstrip("/"), out, self.t0)
+                steps = Path(f"{self.out_prefix}.engine_steps.jsonl") if self.out_prefix else None
+                scraper = Scraper(session, cfg.base_url.rstrip("/"), out, self.t0, steps_out=steps)
                 scraper.start()
             progress = asyncio.create_task(self._progress()) if cfg.progress else None
             tasks = []

@@ -41,13 +41,19 @@ def parse(text: str) -> dict[str, float]:
 
 
 class Scraper:
-    """Every `interval` seconds: GET /metrics, parse, append {t, ...} to a JSONL file and to `points`."""
+    """Every `interval` seconds: GET /metrics, parse, append {t, ...} to a JSONL file and to `points`.
+
+    The bundled engine also serves its per-step statistics (/v1/engine/steps); those are appended to
+    `steps_out` as they appear, for step-time calibration by `llmbench plan`."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, out: Path | None, t0: float,
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, steps_out: Path | None = None) -> None:
         self.session, self.url, self.out, self.t0, self.interval = session, base_url + "/metrics", out, t0, interval
+        self.steps_url, self.steps_out = base_url + "/v1/engine/steps", steps_out
         self.points: list[dict] = []
         self.available = True
+        self.steps_available = steps_out is not None
+        self.last_step = -1
         self._task: asyncio.Task | None = None
 
     async def _loop(self) -> None:
@@ -55,10 +61,28 @@ class Scraper:
         try:
             while True:
                 await self.scrape_once(file)
+                await self.fetch_steps()
                 await asyncio.sleep(self.interval)
         finally:
             if file:
                 file.close()
+
+    async def fetch_steps(self) -> None:
+        if not self.steps_available:
+            return
+        try:
+            async with self.session.get(self.steps_url, params={"since": str(self.last_step)},
+                                        timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                if resp.status != 200:
+                    self.steps_available = False
+                    return
+                steps = (await resp.json())["steps"]
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+            return
+        if steps:
+            self.last_step = steps[-1]["index"]
+            with self.steps_out.open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps(step) + "\n" for step in steps)
 
     async def scrape_once(self, file=None) -> None:
         try:
@@ -79,6 +103,7 @@ class Scraper:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
+        await self.fetch_steps()
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,1 @@
+"""Capacity planning: measured, analytic and simulated GPU counts for a target QPS under P99 SLOs."""
