@@ -121,5 +121,9 @@ def test_measured_plan_from_scripted_sweep(scripted, tmp_path, tiny_model):
     assert r.exit_code == 0, r.output
     plan = json.loads((out / "plan.json").read_text())
     assert plan["measured"]["replicas"] == 5 and "throughput_formula_gpus" in plan["article_formulas"]
+    from llmbench.report import build_report
+
+    page = build_report([out], tmp_path / "report.html").read_text()
+    assert 'id="plan"' in page and "req/s per replica" in page
     r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--slo", "ttft=5ms"])
     assert r.exit_code == 1 and "not met even at the lowest measured rate 5 req/s" in r.output

@@ -128,7 +128,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
             "knee": knees[name], "warnings": warnings,
             "cdf": plots.cdfs(frame) if not frame.empty else None,
             "lengths": plots.length_histograms(frame) if not frame.empty else None,
-            "timelines": timelines, "plan": plans.get(name),
+            "timelines": timelines, "plan": plan_rows(plans[name]) if name in plans else None,
             "meta_rows": _meta_rows(metas[name], results[0]),
         })
     env = jinja2.Environment(loader=jinja2.PackageLoader("llmbench.report", "."), autoescape=True)
@@ -143,6 +143,34 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def plan_rows(plan: dict) -> list[tuple[str, str]]:
+    """The plan's answer in a few lines: per layer rate, replicas and GPUs; flags; cost; what is estimated."""
+    rows = [("target", f"{plan['qps']:g} QPS, {plan['slo_text']}, burst headroom {plan['burst_headroom']:.0%}, "
+                       f"{plan['spares']} spare replica(s)")]
+    for layer in ("measured", "simulated"):
+        if layer in plan:
+            part = plan[layer]
+            band = part.get("per_replica_rate_band")
+            rate = f"{part['per_replica_rate']:.2f} req/s per replica" + (
+                f" [{band[0]:.2f}–{band[1]:.2f}]" if band else "")
+            rows.append((layer, f"{rate} → {part['replicas']} replicas, {part['gpus']} GPUs"))
+    if "analytic" in plan:
+        a = plan["analytic"]
+        rows.append(("analytic", f"{a['model']} on {a['gpu']} TP{a['tensor_parallel']}: KV "
+                                 f"{a['kv_capacity_tokens']:,} tokens, compute screen {a['compute_rate_screen']:.2f} req/s"))
+    formulas = plan.get("article_formulas", {})
+    if "throughput_formula_gpus" in formulas:
+        rows.append(("articles' formula", f"{formulas['throughput_formula_gpus']} GPUs ({formulas['throughput_formula']})"))
+    if "simulated" in plan:
+        rows.append(("recommended flags", " ".join(f"{k} {v}" for k, v in plan["simulated"]["recommended_flags"].items())))
+    cost = plan.get("cost", {})
+    if "usd_per_hour" in cost:
+        rows.append(("cost", f"${cost['usd_per_hour']:.2f}/hour, ${cost['usd_per_million_output_tokens']:.3f} per 1M "
+                             f"output tokens (${cost['usd_per_gpu_hour']:.2f}/GPU-hour, {cost['price_source']})"))
+    rows += [("estimate", note) for note in plan.get("estimates", [])]
+    return rows
 
 
 def _chunk_times(folder: Path, result: dict) -> list[list[float]]:
