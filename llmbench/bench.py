@@ -51,12 +51,12 @@ def open_target(base_url: str | None, model: str | None, engine_flags: dict | No
     if base_url is None:
         log = out_dir / "engine.log" if out_dir else None
         with BundledEngine(model, engine_flags, log) as engine:
-            yield _describe(engine.url, None, api_key, bundled=True)
+            yield describe_target(engine.url, None, api_key, bundled=True)
         return
-    yield _describe(base_url.rstrip("/"), model, api_key, bundled=False)
+    yield describe_target(base_url.rstrip("/"), model, api_key, bundled=False)
 
 
-def _describe(base_url: str, model: str | None, api_key: str | None, bundled: bool) -> Target:
+def describe_target(base_url: str, model: str | None, api_key: str | None, bundled: bool) -> Target:
     try:
         listed = _get_json(base_url + "/v1/models", api_key)
     except urllib.error.HTTPError as err:

@@ -71,6 +71,11 @@ def common_options(fn):
         click.option("--scenario", help="Bundled scenario name or YAML path (flags given here win)."),
         click.option("--out", type=click.Path(file_okay=False), help="Results folder (default: results/<time>)."),
         click.option("--no-progress", is_flag=True, help="No live progress display."),
+        click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
+                     help="Load-generator transport: llmbench's asyncio client, or Locust master + workers."),
+        click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
+                     help="Locust: local worker processes (others may join from other hosts)."),
+        click.option("--users", type=click.IntRange(1), help="Locust: closed-loop users instead of a rate."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -168,7 +173,10 @@ def _one_rate(opts, target: Target, tokenizer, tokenizer_id, ds_opts, rate, burs
                     think_time=opts["think_time"], api_key=opts["api_key"], progress=not opts["no_progress"])
     if not history:
         write_metadata(out_dir, target, {k: v for k, v in opts.items() if k != "api_key"}, info, tokenizer_id)
-    row = run_one(out_dir, cfg, requests[: len(offsets)], offsets, info, tokenizer_id)
+    if opts.get("engine") == "locust":
+        row = _locust_rate(opts, target, cfg, len(offsets), ds_opts, ignore_eos, out_dir, info, tokenizer_id, duration)
+    else:
+        row = run_one(out_dir, cfg, requests[: len(offsets)], offsets, info, tokenizer_id)
     row["saturated"] = saturation(history, row)
     if row["saturated"]:
         import json
@@ -177,6 +185,31 @@ def _one_rate(opts, target: Target, tokenizer, tokenizer_id, ds_opts, rate, burs
         path.write_text(json.dumps(row, indent=2, default=str))
     _print_row(row)
     return row
+
+
+def _locust_rate(opts, target: Target, cfg: RunConfig, num_prompts: int, ds_opts: dict, ignore_eos: bool,
+                 out_dir: Path, info, tokenizer_id: str, duration: float | None) -> dict:
+    from llmbench.bench import label_for, write_result
+    from llmbench.locust_runner import run_locust
+    from llmbench.runner import RunResult
+
+    label = label_for(cfg.rate, None) if not opts.get("users") else f"users-{opts['users']}"
+    cfg.label = label
+    locust_opts = {"dataset": opts["dataset"], "num_prompts": num_prompts, "rate": cfg.rate,
+                   "burstiness": cfg.burstiness, "backend": cfg.backend, "seed": cfg.seed, "model": target.model,
+                   "tokenizer": tokenizer_id, "dataset_options": {k: v for k, v in ds_opts.items() if k != "path"},
+                   "dataset_path": ds_opts.get("path"), "ignore_eos": ignore_eos, "users": opts.get("users")}
+    if opts.get("users"):
+        cfg.rate = math.inf
+        limit = duration or 120.0
+    else:
+        limit = (num_prompts / cfg.rate if math.isfinite(cfg.rate) else 10.0) + 60.0
+    records, notes = run_locust(target.base_url, locust_opts, opts["workers"], out_dir / label, limit, opts.get("users"))
+    result = metrics.compute(records, None, cfg.percentiles, cfg.goodput, cfg.rate)
+    notes += [f"Locust transport: {opts['workers']} local worker(s)"]
+    run = RunResult(records, result, notes, [])
+    return write_result(out_dir, label, cfg, run, info, tokenizer_id, {"engine": "locust",
+                                                                       "locust_workers": opts["workers"]})
 
 
 def _print_row(row: dict) -> None:

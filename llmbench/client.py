@@ -40,59 +40,75 @@ def payload(backend: str, model: str, req: Request, ignore_eos: bool, temperatur
     return body
 
 
+class StreamParser:
+    """Turns the lines of an OpenAI SSE stream into a record, whatever transport read them (aiohttp here,
+    requests in the Locust transport): chunk times, tokens per chunk, usage, errors, the text."""
+
+    def __init__(self, record: RequestRecord, chat: bool) -> None:
+        self.record, self.chat = record, chat
+        self.pieces: list[str] = []
+        self.last_usage = 0
+
+    def feed(self, line: bytes, now: float) -> bool:
+        """Handle one line received at `now`; True once the stream is over."""
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            return False
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return True
+        chunk = json.loads(data)
+        if "error" in chunk:
+            self.record.error = _error_text(json.dumps(chunk), self.record.status or 200)
+            return True
+        usage = chunk.get("usage")
+        if chunk.get("choices"):
+            self.record.chunk_times.append(now)
+            choice = chunk["choices"][0]
+            text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
+            if text:
+                self.pieces.append(text)
+            if usage:
+                done = usage.get("completion_tokens") or 0
+                self.record.chunk_tokens.append(done - self.last_usage)
+                self.last_usage = done
+            else:
+                self.record.chunk_tokens.append(None)
+        if usage:
+            self.record.output_tokens = usage.get("completion_tokens")
+            if usage.get("prompt_tokens"):
+                self.record.prompt_len = usage["prompt_tokens"]
+        return False
+
+    def finish(self, now: float) -> str:
+        record = self.record
+        if record.chunk_times and not record.error:
+            record.success = True
+        elif not record.error:
+            record.error = "Never received a valid chunk to calculate TTFT."
+        record.end = now
+        text = "".join(self.pieces)
+        record.text_len = len(text)
+        return text
+
+
 async def send(session: aiohttp.ClientSession, url: str, body: dict, record: RequestRecord, t0: float,
                headers: dict | None = None) -> str:
     """POST and stream; fill `record` in place; return the generated text (for multi-turn)."""
-    chat = "messages" in body
-    pieces: list[str] = []
-    last_usage = 0
+    parser = StreamParser(record, "messages" in body)
     record.start = time.perf_counter() - t0
     try:
         async with session.post(url, json=body, headers=headers) as resp:
             record.status = resp.status
             if resp.status != 200:
                 record.error = _error_text(await resp.text(), resp.status)
-                return ""
-            async for raw in resp.content:
-                now = time.perf_counter() - t0
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    record.error = _error_text(json.dumps(chunk), resp.status)
-                    return "".join(pieces)
-                usage = chunk.get("usage")
-                if chunk.get("choices"):
-                    record.chunk_times.append(now)
-                    choice = chunk["choices"][0]
-                    text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    if text:
-                        pieces.append(text)
-                    if usage:
-                        done = usage.get("completion_tokens") or 0
-                        record.chunk_tokens.append(done - last_usage)
-                        last_usage = done
-                    else:
-                        record.chunk_tokens.append(None)
-                if usage:
-                    record.output_tokens = usage.get("completion_tokens")
-                    if usage.get("prompt_tokens"):
-                        record.prompt_len = usage["prompt_tokens"]
-        if record.chunk_times:
-            record.success = True
-        else:
-            record.error = "Never received a valid chunk to calculate TTFT."
+            else:
+                async for raw in resp.content:
+                    if parser.feed(raw, time.perf_counter() - t0):
+                        break
     except (aiohttp.ClientError, TimeoutError, ConnectionError, json.JSONDecodeError) as err:
         record.error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    finally:
-        record.end = time.perf_counter() - t0
-    text = "".join(pieces)
-    record.text_len = len(text)
-    return text
+    return parser.finish(time.perf_counter() - t0)
 
 
 def _error_text(body: str, status: int) -> str:

@@ -56,9 +56,25 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     return out
 
 
+DECODE_BUCKET = 32
+
+
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
             rows: torch.Tensor, scale: float) -> torch.Tensor:
-    """One query per sequence: [B, H, D]."""
+    """One query per sequence: [B, H, D]. Sequences are sorted by context length and attended in buckets,
+    so padding to the longest context stays small when lengths vary (ShareGPT)."""
+    if len(rows) <= DECODE_BUCKET:
+        return _decode_bucket(q, k_cache, v_cache, meta, rows, scale)
+    order = torch.argsort(meta.seq_lens[rows])
+    out = torch.empty_like(q)
+    for start in range(0, len(rows), DECODE_BUCKET):
+        idx = order[start : start + DECODE_BUCKET]
+        out[idx] = _decode_bucket(q[idx], k_cache, v_cache, meta, rows[idx], scale)
+    return out
+
+
+def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                   rows: torch.Tensor, scale: float) -> torch.Tensor:
     lens = meta.seq_lens[rows]
     bs = k_cache.shape[1]
     max_len = int(lens.max())

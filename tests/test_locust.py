@@ -1,0 +1,72 @@
+"""Locust transport: headless master + 2 local workers against the scripted server."""
+
+import json
+import threading
+import time
+
+import numpy as np
+from click.testing import CliRunner
+
+from llmbench.cli import main
+from llmbench.records import read_records
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_two_workers_match_native_and_truth(scripted, tmp_path, tiny_model):
+    server = scripted("--ttft-ms", "30", "--itl-ms", "5")
+    common = ["--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20", "--num-prompts", "200",
+              "--output-len", "10", "--no-progress"]
+    r = run("run", "--engine", "locust", "--workers", "2", "--out", str(tmp_path / "locust"), *common)
+    assert r.exit_code == 0, r.output
+    r = run("run", "--out", str(tmp_path / "native"), *common)
+    assert r.exit_code == 0, r.output
+    loc = json.loads((tmp_path / "locust" / "rate-20.json").read_text())
+    nat = json.loads((tmp_path / "native" / "rate-20.json").read_text())
+    assert loc["completed"] == 200 and loc["failed"] == 0
+    assert abs(loc["achieved_rate"] - 20) / 20 < 0.05
+    for key in ("median_ttft_ms", "median_tpot_ms", "median_itl_ms"):
+        assert abs(loc[key] - nat[key]) < 2.0, (key, loc[key], nat[key])
+    assert 30 <= loc["median_ttft_ms"] < 36 and 5 <= loc["median_itl_ms"] < 7
+    records = read_records(tmp_path / "locust" / "rate-20.records.jsonl")
+    assert {r.worker for r in records} == {"worker-0", "worker-1"} and len(records) == 200
+    stats = (tmp_path / "locust" / "rate-20.locust_stats.csv").read_text()
+    assert "TTFT" in stats and "TPOT" in stats and "E2E" in stats
+    page = run("report", str(tmp_path / "locust"), "-o", str(tmp_path / "r.html"))
+    assert page.exit_code == 0
+
+
+def test_dead_worker_is_reported_and_records_kept(scripted, tmp_path, tiny_model):
+    import psutil
+
+    server = scripted("--ttft-ms", "10", "--itl-ms", "2")
+    out = tmp_path / "dead"
+
+    def kill_one_worker():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            metas = list((out / "rate-10.locust").glob("worker-*.meta.json")) if (out / "rate-10.locust").exists() \
+                else []
+            if len(metas) == 2:
+                time.sleep(3.0)
+                pid = json.loads(sorted(metas)[1].read_text())["pid"]
+                psutil.Process(pid).kill()
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_one_worker)
+    killer.start()
+    t0 = time.time()
+    r = run("run", "--engine", "locust", "--workers", "2", "--base-url", server.url, "--tokenizer", str(tiny_model),
+            "--rate", "10", "--num-prompts", "100", "--output-len", "5", "--out", str(out), "--no-progress")
+    killer.join()
+    assert r.exit_code == 0, r.output
+    assert time.time() - t0 < 90
+    data = json.loads((out / "rate-10.json").read_text())
+    assert any("stopped answering" in n for n in data["notes"]), data["notes"]
+    records = read_records(out / "rate-10.records.jsonl")
+    by_worker = {w: sum(1 for x in records if x.worker == w) for w in ("worker-0", "worker-1")}
+    assert by_worker["worker-0"] == 50 and 10 <= by_worker["worker-1"] < 50
+    assert np.isfinite(data["median_ttft_ms"])
