@@ -2,11 +2,14 @@
 
     python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1]
 
-Each streamed request gets its first chunk `ttft` after the request arrived and one chunk every `itl`
-after that (absolute deadlines), each carrying `tokens-per-chunk` tokens, until `max_tokens`. The final
-usage chunk carries `llmbench_truth`: when each chunk was actually written, in seconds after receipt, so
-a test can compare what a client measured with what the server did. With zero latencies it is the
-fastest possible target, for measuring the client's own capacity.
+Each streamed request gets its first chunk `ttft` after its first byte arrived and one chunk every `itl`
+after that (absolute deadlines on the event loop's clock), each carrying `tokens-per-chunk` tokens, until
+`max_tokens`. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
+after the request's first byte), so a test can compare what a client measured with what the server did.
+
+It is a measuring instrument, so it is a bare asyncio protocol speaking just enough HTTP/1.1 (keep-alive,
+Content-Length bodies, chunked responses) rather than a web framework: timestamps are taken where bytes
+arrive, and with zero latencies it is fast enough to find a client's own limit.
 """
 
 from __future__ import annotations
@@ -16,112 +19,144 @@ import json
 import time
 
 import click
-from aiohttp import web
+import uvloop
 
 WORD = " tok"
 
 
-async def _stream(request: web.Request, body: dict, chat: bool) -> web.StreamResponse:
-    cfg = request.app["cfg"]
-    received = time.perf_counter()
-    n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    written: list[float] = []
-    sent = 0
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    k = 0
-    while sent < n:
-        deadline = start + cfg["ttft"] + k * cfg["itl"]
-        delay = deadline - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        take = min(cfg["per_chunk"], n - sent)
-        sent += take
-        choice = {"index": 0, "finish_reason": "length" if sent >= n else None}
-        if chat:
-            choice["delta"] = {"content": WORD * take}
-        else:
-            choice["text"] = WORD * take
-        chunk = {"id": "scripted", "object": kind, "model": "scripted", "choices": [choice]}
-        if cfg["usage_every_chunk"]:
-            chunk["usage"] = {"prompt_tokens": 1, "completion_tokens": sent, "total_tokens": sent + 1}
-        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        written.append(time.perf_counter() - received)
-        k += 1
-    final = {"id": "scripted", "object": kind, "model": "scripted", "choices": [],
-             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
-             "llmbench_truth": {"chunk_offsets": written}}
-    await resp.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
-    if request.app["truth"] is not None:
-        prompt = body.get("prompt") if not chat else body["messages"][-1]["content"]
-        entry = {"prompt": prompt, "chunk_offsets": written, "messages": body.get("messages")}
-        request.app["truth"].write(json.dumps(entry) + "\n")
-        request.app["truth"].flush()
-    return resp
+class Script:
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int) -> None:
+        self.ttft, self.itl, self.per_chunk, self.fail_every = ttft_ms / 1000, itl_ms / 1000, tokens_per_chunk, fail_every
+        self.count = 0
+        self.running = 0
+        self.truth: list[dict] = []
 
 
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, chat=False)
+class ScriptedHTTP(asyncio.Protocol):
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.buffer = b""
+        self.received: float | None = None
+        self.transport: asyncio.Transport | None = None
 
+    def connection_made(self, transport) -> None:
+        self.transport = transport
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, chat=True)
+    def data_received(self, data: bytes) -> None:
+        if self.received is None:
+            self.received = time.perf_counter()
+        self.buffer += data
+        while True:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buffer[:head_end].decode("latin-1").split("\r\n")
+            method, path, _ = head[0].split(" ", 2)
+            headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
+            length = int(headers.get("content-length", "0"))
+            if len(self.buffer) < head_end + 4 + length:
+                return
+            body = self.buffer[head_end + 4 : head_end + 4 + length]
+            self.buffer = self.buffer[head_end + 4 + length :]
+            received, self.received = self.received, (time.perf_counter() if self.buffer else None)
+            self.handle(method, path.split("?")[0], body, received)
 
+    def respond(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
+        reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}.get(status, "OK")
+        self.transport.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: "
+                             f"{len(payload)}\r\nConnection: keep-alive\r\n\r\n".encode() + payload)
 
-async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
-    app = request.app
-    app["count"] += 1
-    body = await request.json()
-    fail_every = app["cfg"]["fail_every"]
-    if fail_every and app["count"] % fail_every == 0:
-        return web.json_response({"error": {"message": "scripted failure", "type": "server_error", "param": None,
-                                            "code": 500}}, status=500)
-    app["running"] += 1
-    try:
-        if body.get("stream"):
-            return await _stream(request, body, chat)
+    def handle(self, method: str, path: str, raw: bytes, received: float) -> None:
+        s = self.script
+        if method == "GET":
+            pages = {
+                "/health": (b"ok", "text/plain"),
+                "/v1/models": (json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model",
+                                                                          "root": None}]}).encode(), "application/json"),
+                "/metrics": (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running"
+                             f"{{model_name=\"scripted\"}} {s.running}\n".encode(), "text/plain"),
+                "/truth": (json.dumps(s.truth).encode(), "application/json"),
+            }
+            if path in pages:
+                self.respond(200, *pages[path])
+            else:
+                self.respond(404, b'{"error": {"message": "not found"}}')
+            return
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            self.respond(404, b'{"error": {"message": "not found"}}')
+            return
+        s.count += 1
+        if s.fail_every and s.count % s.fail_every == 0:
+            self.respond(500, json.dumps({"error": {"message": "scripted failure", "type": "server_error",
+                                                    "param": None, "code": 500}}).encode())
+            return
+        body = json.loads(raw)
+        chat = path.endswith("chat/completions")
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        await asyncio.sleep(app["cfg"]["ttft"] + (n - 1) * app["cfg"]["itl"])
-        choice = {"index": 0, "finish_reason": "length"}
-        choice |= {"message": {"role": "assistant", "content": WORD * n}} if chat else {"text": WORD * n}
-        return web.json_response({"id": "scripted", "object": "chat.completion" if chat else "text_completion",
-                                  "model": "scripted", "choices": [choice],
-                                  "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
-    finally:
-        app["running"] -= 1
+        if body.get("stream"):
+            Stream(self, s, body, chat, n, received).start()
+            return
+        text = WORD * n
+        choice = {"index": 0, "finish_reason": "length"} | ({"message": {"role": "assistant", "content": text}}
+                                                              if chat else {"text": text})
+        payload = json.dumps({"id": "scripted", "object": "chat.completion" if chat else "text_completion",
+                              "model": "scripted", "choices": [choice],
+                              "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
+        loop = asyncio.get_running_loop()
+        loop.call_at(loop.time() + s.ttft + (n - 1) * s.itl, self.respond, 200, payload.encode())
 
 
-async def models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model", "root": None}]})
+class Stream:
+    """One streamed response: chunks written by timer callbacks at absolute deadlines."""
+
+    def __init__(self, proto: ScriptedHTTP, script: Script, body: dict, chat: bool, n: int, received: float) -> None:
+        self.proto, self.script, self.body, self.chat, self.n, self.received = proto, script, body, chat, n, received
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        field = '"delta":{"content":"%s"}' if chat else '"text":"%s"'
+        self.template = ('data: {"id":"scripted","object":"' + kind + '","model":"scripted","choices":[{"index":0,'
+                         + field + ',"finish_reason":%s}],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
+                         '"total_tokens":%d}}\n\n')
+        self.sent = 0
+        self.written: list[float] = []
+        self.loop = asyncio.get_running_loop()
+        # the loop clock at the request's first byte
+        self.start_at = self.loop.time() - (time.perf_counter() - received)
+
+    def start(self) -> None:
+        self.script.running += 1
+        self.proto.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+                                   b"chunked\r\nConnection: keep-alive\r\n\r\n")
+        self.loop.call_at(self.start_at + self.script.ttft, self.tick)
+
+    def _chunk(self, data: bytes) -> None:
+        self.proto.transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def tick(self) -> None:
+        if self.proto.transport.is_closing():
+            self.script.running -= 1
+            return
+        take = min(self.script.per_chunk, self.n - self.sent)
+        self.sent += take
+        finish = '"length"' if self.sent >= self.n else "null"
+        self._chunk((self.template % (WORD * take, finish, self.sent, self.sent + 1)).encode())
+        self.written.append(time.perf_counter() - self.received)
+        if self.sent < self.n:
+            self.loop.call_at(self.start_at + self.script.ttft + len(self.written) * self.script.itl, self.tick)
+            return
+        self._chunk(b'data: {"id":"scripted","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
+                    b'"total_tokens":%d}}\n\ndata: [DONE]\n\n' % (self.n, self.n + 1))
+        self.proto.transport.write(b"0\r\n\r\n")
+        self.script.running -= 1
+        prompt = self.body.get("prompt") if not self.chat else self.body["messages"][-1]["content"]
+        self.script.truth.append({"prompt": prompt, "chunk_offsets": self.written, "messages": self.body.get("messages")})
 
 
-async def health(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
-async def metrics(request: web.Request) -> web.Response:
-    text = (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name=\"scripted\"}} "
-            f"{request.app['running']}\n")
-    return web.Response(text=text, content_type="text/plain")
-
-
-def build_app(ttft_ms: float = 0.0, itl_ms: float = 0.0, tokens_per_chunk: int = 1, fail_every: int = 0,
-              usage_every_chunk: bool = True, truth_file: str | None = None) -> web.Application:
-    app = web.Application()
-    app["truth"] = open(truth_file, "a") if truth_file else None  # noqa: SIM115 - lives as long as the app
-    app["cfg"] = {"ttft": ttft_ms / 1000, "itl": itl_ms / 1000, "per_chunk": tokens_per_chunk,
-                  "fail_every": fail_every, "usage_every_chunk": usage_every_chunk}
-    app["count"] = 0
-    app["running"] = 0
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
-    app.router.add_get("/metrics", metrics)
-    return app
+async def serve(host: str, port: int, script: Script) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: ScriptedHTTP(script), host, port, backlog=4096)
+    print(f"READY http://{host}:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
 
 
 @click.command()
@@ -131,11 +166,8 @@ def build_app(ttft_ms: float = 0.0, itl_ms: float = 0.0, tokens_per_chunk: int =
 @click.option("--itl-ms", default=0.0, show_default=True)
 @click.option("--tokens-per-chunk", default=1, show_default=True)
 @click.option("--fail-every", default=0, show_default=True, help="Answer every Nth request with HTTP 500.")
-@click.option("--truth-file", help="Append each streamed request's actual chunk times here (JSONL).")
-def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-         truth_file: str | None) -> None:
-    web.run_app(build_app(ttft_ms, itl_ms, tokens_per_chunk, fail_every, truth_file=truth_file), host=host,
-                port=port, print=lambda _: print(f"READY http://{host}:{port}", flush=True), access_log=None)
+def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int) -> None:
+    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every)))
 
 
 if __name__ == "__main__":

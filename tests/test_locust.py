@@ -68,5 +68,5 @@ def test_dead_worker_is_reported_and_records_kept(scripted, tmp_path, tiny_model
     assert any("stopped answering" in n for n in data["notes"]), data["notes"]
     records = read_records(out / "rate-10.records.jsonl")
     by_worker = {w: sum(1 for x in records if x.worker == w) for w in ("worker-0", "worker-1")}
-    assert by_worker["worker-0"] == 50 and 10 <= by_worker["worker-1"] < 50
+    assert by_worker["worker-0"] == 50 and 3 <= by_worker["worker-1"] < 50
     assert np.isfinite(data["median_ttft_ms"])

@@ -100,14 +100,16 @@ def test_all_failures_exit_nonzero(scripted, tmp_path, tiny_model):
 
 
 def test_multi_turn_sends_actual_replies(scripted, tmp_path, tiny_model):
-    truth = tmp_path / "truth.jsonl"
-    server = scripted("--truth-file", str(truth))
+    server = scripted()
     out = tmp_path / "mt"
     r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset", "multi-turn",
                "--max-turns", "3", "--backend", "openai-chat", "--num-prompts", "4", "--rate", "inf",
                "--output-len", "3", "--out", str(out), "--no-progress")
     assert r.exit_code == 0, r.output
-    entries = [json.loads(line) for line in truth.read_text().splitlines()]
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "/truth") as resp:
+        entries = json.load(resp)
     later = [e for e in entries if len(e["messages"]) > 1]
     assert later and all(e["messages"][-2] == {"role": "assistant", "content": " tok" * 3} for e in later)
     records = read_records(out / "rate-inf.records.jsonl")
