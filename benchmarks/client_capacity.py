@@ -30,7 +30,7 @@ LAG_LIMIT_MS = 5.0
 
 
 @click.command()
-@click.option("--rates", default="250,500,750,1000,1250,1500,2000", show_default=True)
+@click.option("--rates", default="500,1000,2000,3000,4000,5000", show_default=True)
 @click.option("--seconds", default=4.0, show_default=True, help="Arrivals per rate.")
 @click.option("--output-tokens", default=4, show_default=True)
 def main(rates: str, seconds: float, output_tokens: int) -> None:

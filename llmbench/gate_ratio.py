@@ -45,10 +45,10 @@ def parse_flags(text: str) -> dict:
 
 def measure(sides: list[Side], dataset: str, dataset_options: dict, num_prompts: int, rounds: int,
             model: str | None = None, rate: float = math.inf, seed: int = 0, ignore_eos: bool = True
-            ) -> dict[str, list]:
-    """Run the workload `rounds` times per side, alternating sides; return each side's records."""
-    pooled: dict[str, list] = {s.name: [] for s in sides}
-    durations: dict[str, float] = {s.name: 0.0 for s in sides}
+            ) -> dict[str, list[tuple[list, float]]]:
+    """Run the workload `rounds` times per side, alternating sides; return each side's (records, seconds)
+    per round."""
+    per_round: dict[str, list] = {s.name: [] for s in sides}
     with contextlib.ExitStack() as stack:
         targets: dict[str, Target] = {
             s.name: stack.enter_context(open_target(s.base_url, model, s.flags, None)) for s in sides}
@@ -62,21 +62,33 @@ def measure(sides: list[Side], dataset: str, dataset_options: dict, num_prompts:
                                 ignore_eos=ignore_eos, progress=False, scrape=False)
                 started = time.perf_counter()
                 result = execute(cfg, requests, offsets, None)
-                durations[side.name] += time.perf_counter() - started
-                pooled[side.name] += [r for r in result.records if r.success]
-    return {name: [records, durations[name]] for name, records in pooled.items()}
+                per_round[side.name].append(([r for r in result.records if r.success],
+                                             time.perf_counter() - started))
+    return per_round
 
 
 def ratios(measured: dict[str, list], candidate: str, reference: str, metrics: list[str], confidence: float,
            rounds: int = 2000, seed: int = 0) -> dict[str, dict]:
-    """candidate/reference for each metric, with a bootstrap interval over requests."""
+    """candidate/reference for each metric. Latency percentiles get a bootstrap interval over requests;
+    throughputs, whose noise is in the clock rather than in the requests, get the range of the per-round
+    ratios (each round pairs one candidate run with the reference run next to it)."""
     rng = np.random.default_rng(seed)
-    (c_records, c_dur), (r_records, r_dur) = measured[candidate], measured[reference]
+
+    def pool(side: str) -> tuple[list, float]:
+        return [r for recs, _ in measured[side] for r in recs], sum(d for _, d in measured[side])
+
+    (c_records, c_dur), (r_records, r_dur) = pool(candidate), pool(reference)
     cs, rs = _samples(c_records), _samples(r_records)
     out = {}
     for name in metrics:
         key = "tokens" if name in THROUGHPUTS else name.split("_", 1)[1]
         point = statistic(name, cs, c_dur) / statistic(name, rs, r_dur)
+        if name in THROUGHPUTS:
+            per_round = [statistic(name, _samples(cr), cd) / statistic(name, _samples(rr), rd)
+                         for (cr, cd), (rr, rd) in zip(measured[candidate], measured[reference], strict=True)]
+            out[name] = {"ratio": point, "ci": [min(per_round), max(per_round)], "per_round": per_round,
+                         "candidate": statistic(name, cs, c_dur), "reference": statistic(name, rs, r_dur)}
+            continue
         draws = np.empty(rounds)
         for i in range(rounds):
             ci = rng.integers(0, cs[key].size, cs[key].size)

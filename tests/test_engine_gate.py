@@ -1,50 +1,100 @@
-"""Our own CI gate: the bundled engine's scheduling and caching advantages, as ratios measured in one job
-against the committed baseline. A scheduler or prefix-cache regression fails here.
+"""Our own CI gate: the bundled engine's scheduling and caching advantages, as ratios measured interleaved
+(A B A B) in one job against the committed baseline. A scheduler or prefix-cache regression fails here.
 
-Re-record after an intended change:  python -m tests.test_engine_gate  (writes benchmarks/baselines/).
+The engine is driven offline (no HTTP), so the ratios reflect the scheduler rather than the server.
+Re-record after an intended change:  python -m tests.test_engine_gate
 """
 
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 
+from llmbench import gate_ratio
 from llmbench.cli import main
+from llmbench.records import RequestRecord
 
 BASELINE = Path(__file__).resolve().parents[1] / "benchmarks" / "baselines" / "engine_ratios.json"
+ROUNDS = 2
 PAIRS = {
-    "continuous-vs-static": [
-        "--candidate", "batching=continuous,max_num_seqs=16,kv_cache_memory=64MiB",
-        "--reference", "batching=static,max_num_seqs=16,kv_cache_memory=64MiB",
-        "--dataset", "sharegpt", "--dataset-option", "max_total_len=768", "--num-prompts", "48",
-        "--max-regression", "output_throughput=15%",
-    ],
-    "prefix-cache-on-vs-off": [
-        "--candidate", "enable_prefix_caching=true,kv_cache_memory=64MiB",
-        "--reference", "enable_prefix_caching=false,kv_cache_memory=64MiB",
-        "--dataset", "shared-prefix", "--dataset-option", "num_groups=4", "--dataset-option", "prompts_per_group=8",
-        "--dataset-option", "system_prompt_len=1536", "--dataset-option", "question_len=32",
-        "--dataset-option", "output_len=8", "--num-prompts", "32",
-        "--max-regression", "output_throughput=15%,median_ttft=15%",
-    ],
+    # name: (dataset, dataset options, candidate flags, reference flags, tolerances)
+    "continuous-vs-static": ("sharegpt", {"max_total_len": 512},
+                             {"max_num_seqs": 8}, {"batching": "static", "max_num_seqs": 8},
+                             {"output_throughput": 0.10}),
+    "prefix-cache-on-vs-off": ("shared-prefix", {"num_groups": 3, "prompts_per_group": 8, "system_prompt_len": 1024,
+                                                 "question_len": 32, "output_len": 8},
+                               {"enable_prefix_caching": True}, {"enable_prefix_caching": False},
+                               {"output_throughput": 0.15, "median_ttft": 0.15}),
 }
 
 
-def gate_args(name: str, model: Path, extra: list[str]) -> list[str]:
-    return ["gate", "--ratio", "--name", name, "--baseline", str(BASELINE), "--model", str(model), "--rounds", "2",
-            *PAIRS[name], *extra]
+def measure(model: Path, dataset: str, options: dict, candidate: dict, reference: dict) -> dict:
+    from transformers import AutoTokenizer
+
+    from engine.config import SamplingParams
+    from engine.llm import LLM
+    from llmbench import datasets
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    requests, _ = datasets.build(dataset, tok, 24, 0, **options)
+    engines = {side: LLM(model, kv_cache_memory=64 * 2**20, max_model_len=2048, **flags)
+               for side, flags in (("reference", reference), ("candidate", candidate))}
+    params = [SamplingParams(temperature=0, max_tokens=r.output_len, ignore_eos=True) for r in requests]
+    measured: dict = {side: [] for side in engines}
+    for _ in range(ROUNDS):
+        for side, llm in engines.items():
+            t0 = time.time()
+            outs = llm.generate([r.prompt for r in requests], params)
+            records = [RequestRecord(index=i, scheduled=0.0, start=o.arrival_time - t0,
+                                     chunk_times=[o.first_token_time - t0, o.finish_time - t0],
+                                     output_tokens=len(o.outputs[0].token_ids), success=True)
+                       for i, o in enumerate(outs)]
+            measured[side].append((records, time.time() - t0))
+    return measured
 
 
-def test_engine_ratios_hold(tiny_model, tmp_path):
-    for name in PAIRS:
-        result = CliRunner().invoke(main, gate_args(name, tiny_model, ["--summary", str(tmp_path / f"{name}.md")]))
-        print(result.output)
-        assert result.exit_code == 0, result.output
+def current_ratios(model: Path, name: str) -> dict:
+    dataset, options, candidate, reference, tolerances = PAIRS[name]
+    measured = measure(model, dataset, options, candidate, reference)
+    return gate_ratio.ratios(measured, "candidate", "reference", list(tolerances), 0.95)
+
+
+def test_engine_ratios_hold(tiny_model):
+    baseline = gate_ratio.load(BASELINE)["pairs"]
+    failures = []
+    for name, (*_, tolerances) in PAIRS.items():
+        rows = gate_ratio.gate(current_ratios(tiny_model, name), baseline[name]["ratios"], tolerances)
+        for row in rows:
+            print(name, row)
+            if row["verdict"] != "pass":
+                failures.append((name, row))
+    assert not failures, failures
+
+
+def test_ratio_cli_between_two_bundled_engines(tiny_model, tmp_path):
+    """`llmbench gate --ratio` over HTTP: record a baseline, then gate against it."""
+    base = tmp_path / "ratios.json"
+    args = ["gate", "--ratio", "--name", "cache", "--baseline", str(base), "--model", str(tiny_model),
+            "--candidate", "enable_prefix_caching=true,kv_cache_memory=32MiB",
+            "--reference", "enable_prefix_caching=false,kv_cache_memory=32MiB", "--dataset", "shared-prefix",
+            "--dataset-option", "num_groups=2", "--dataset-option", "prompts_per_group=4",
+            "--dataset-option", "system_prompt_len=1024", "--dataset-option", "output_len=4", "--num-prompts", "8",
+            "--rounds", "1", "--max-regression", "median_ttft=50%", "--summary", str(tmp_path / "s.md")]
+    r = CliRunner().invoke(main, [*args, "--update-baseline"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    stored = gate_ratio.load(base)["pairs"]["cache"]["ratios"]["median_ttft"]["ratio"]
+    assert stored < 1.0  # cached prefixes answer faster
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0 and "median_ttft" in r.output, r.output
+    r = CliRunner().invoke(main, [*args[:4], str(tmp_path / "missing.json"), *args[5:]], catch_exceptions=False)
+    assert r.exit_code == 2
 
 
 if __name__ == "__main__":
     from llmbench.modelbuild import build_model
 
     tiny = build_model("tiny")
-    for pair in PAIRS:
-        CliRunner().invoke(main, gate_args(pair, tiny, ["--update-baseline"]), catch_exceptions=False)
+    pairs = {name: {"candidate": str(PAIRS[name][2]), "reference": str(PAIRS[name][3]), "dataset": PAIRS[name][0],
+                    "ratios": current_ratios(tiny, name)} for name in PAIRS}
+    gate_ratio.save(BASELINE, pairs, {"rounds": ROUNDS, "model": "llmbench-tiny", "transport": "offline engine"})
     print(BASELINE.read_text())
