@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import click
@@ -24,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from llmbench import arrivals  # noqa: E402
 from llmbench.datasets import Request  # noqa: E402
 from llmbench.runner import RunConfig, execute  # noqa: E402
-from llmbench.target import free_port  # noqa: E402
+from llmbench.scripted_server import ScriptedProcess  # noqa: E402
 
 LAG_LIMIT_MS = 5.0
 
@@ -34,17 +31,8 @@ LAG_LIMIT_MS = 5.0
 @click.option("--seconds", default=4.0, show_default=True, help="Arrivals per rate.")
 @click.option("--output-tokens", default=4, show_default=True)
 def main(rates: str, seconds: float, output_tokens: int) -> None:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "llmbench.scripted_server", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with ScriptedProcess() as server:
+        url = server.url
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
               f"python {platform.python_version()}; zero-latency scripted server in another process\n")
         print(f"{'rate':>8}{'achieved':>10}{'P50 lag ms':>12}{'P99 lag ms':>12}{'failed':>8}  sustained")
@@ -60,8 +48,6 @@ def main(rates: str, seconds: float, output_tokens: int) -> None:
             print(f"{rate:>8g}{m['achieved_rate']:>10.1f}{m['median_send_lag_ms']:>12.2f}"
                   f"{m['p99_send_lag_ms']:>12.2f}{m['failed']:>8}  {'yes' if ok else 'no'}")
         print(f"\nhighest sustained rate from one process: {best:g} req/s (target >= 1000)")
-    finally:
-        server.kill()
 
 
 if __name__ == "__main__":

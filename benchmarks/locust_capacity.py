@@ -12,8 +12,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import click
@@ -21,7 +19,7 @@ import click
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from llmbench.target import free_port  # noqa: E402
+from llmbench.scripted_server import ScriptedProcess  # noqa: E402
 
 LAG_LIMIT_MS = 5.0
 
@@ -40,17 +38,8 @@ def one(url: str, engine: str, workers: int, rate: float, seconds: float, out: P
 @click.option("--seconds", default=4.0, show_default=True)
 @click.option("--workers", "worker_counts", default="1,2,4", show_default=True)
 def main(rates: str, seconds: float, worker_counts: str) -> None:
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "llmbench.scripted_server", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with ScriptedProcess() as server:
+        url = server.url
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; zero-latency server\n")
         print(f"{'transport':<18}{'rate':>7}{'achieved':>10}{'P99 lag ms':>12}{'failed':>8}  sustained")
         best: dict[str, float] = {}
@@ -70,8 +59,6 @@ def main(rates: str, seconds: float, worker_counts: str) -> None:
         print()
         for name, rate in best.items():
             print(f"{name}: highest sustained rate {rate:g} req/s")
-    finally:
-        server.kill()
 
 
 if __name__ == "__main__":

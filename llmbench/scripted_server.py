@@ -172,3 +172,38 @@ def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: 
 
 if __name__ == "__main__":
     main()
+
+
+class ScriptedProcess:
+    """The scripted server in its own process on a free 127.0.0.1 port (a context manager; also `stop()`)."""
+
+    def __init__(self, *args: str) -> None:
+        import subprocess
+        import sys
+        import urllib.request
+
+        from llmbench.target import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "llmbench.scripted_server", "--port", str(self.port),
+                                      *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the scripted server did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ScriptedProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

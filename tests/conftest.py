@@ -95,31 +95,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ScriptedServer:
-    """`python -m llmbench.scripted_server` in its own process, on a free port."""
+def ScriptedServer(*args: str):  # noqa: N802 - kept as the tests' name for the process helper
+    from llmbench.scripted_server import ScriptedProcess
 
-    def __init__(self, *args: str) -> None:
-        import subprocess
-        import sys
-        import time
-        import urllib.request
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmbench.scripted_server", "--port", str(self.port),
-                                      *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(self.url + "/health", timeout=1)
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("scripted server did not start")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    return ScriptedProcess(*args)
 
 
 @pytest.fixture
