@@ -89,9 +89,11 @@ def run_vllm(python: str, model_dir: Path, reqs) -> float:
         script.write_text(VLLM_SCRIPT)
         env = {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PATH": "/usr/bin:/bin"}
-        out = subprocess.run([python, str(script), str(model_dir), str(data)], capture_output=True, text=True,
-                             env=env, check=True).stdout
-    return float(next(line.split()[1] for line in out.splitlines() if line.startswith("ELAPSED")))
+        proc = subprocess.run([python, str(script), str(model_dir), str(data)], capture_output=True, text=True,
+                              env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"vLLM failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-3:]}")
+    return float(next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ELAPSED")))
 
 
 def flops(model_dir: Path, reqs) -> float:
@@ -129,7 +131,11 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     for bs in (int(b) for b in hf_batch_sizes.split(",") if b):
         runs[f"transformers generate (batch {bs})"] = run_transformers(model_dir, reqs, bs)
     if vllm_python:
-        runs["vLLM CPU offline"] = run_vllm(vllm_python, model_dir, reqs)
+        try:
+            runs["vLLM CPU offline"] = run_vllm(vllm_python, model_dir, reqs)
+        except RuntimeError as err:  # a peer failing must not lose what was measured
+            print(err)
+            vllm_python = None
 
     best_hf = min((t for k, t in runs.items() if k.startswith("transformers")), default=None)
     cont = runs["engine continuous"]
