@@ -5,6 +5,7 @@ from __future__ import annotations
 FAILURE_LIMIT = 0.05  # fraction of failed requests that ends a sweep
 THROUGHPUT_GAIN = 1.05  # below this gain over the best earlier rate, throughput has stopped growing
 TTFT_CLIMB = 2.0  # ...while P99 TTFT at least doubled: queueing has taken over
+SERVED_FLOOR = 0.8  # completions per second below this fraction of the offered rate: the queue only grows
 
 
 def saturation(history: list[dict], current: dict) -> str | None:
@@ -12,6 +13,12 @@ def saturation(history: list[dict], current: dict) -> str | None:
     total = current["completed"] + current["failed"]
     if total and current["failed"] / total > FAILURE_LIMIT:
         return f"{current['failed']} of {total} requests failed"
+    rate = current.get("request_rate")
+    if history and isinstance(rate, int | float) and rate > 0 and \
+            current["request_throughput"] < SERVED_FLOOR * rate and \
+            history[-1]["request_throughput"] < SERVED_FLOOR * history[-1]["request_rate"]:
+        return (f"saturated: {current['request_throughput']:.2f} req/s completed of {rate:g} offered "
+                f"(and {history[-1]['request_throughput']:.2f} of {history[-1]['request_rate']:g} before)")
     if history:
         best = max(h["output_throughput"] for h in history)
         prev_ttft = history[-1]["p99_ttft_ms"]

@@ -45,3 +45,7 @@ def test_saturation_rules():
     assert "saturated" in saturation([base], flat)
     failing = base | {"completed": 90, "failed": 10}
     assert "failed" in saturation([], failing)
+    overloaded = [{**base, "request_rate": 5.0, "request_throughput": 1.7},
+                  {**base, "request_rate": 10.0, "request_throughput": 1.9, "output_throughput": 1500.0}]
+    assert saturation([], overloaded[0]) is None  # a sweep always measures two rates
+    assert "completed of 10 offered" in saturation(overloaded[:1], overloaded[1])
