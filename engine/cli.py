@@ -28,6 +28,14 @@ import click
 @click.option("--kv-layout", type=click.Choice(["paged", "contiguous"]), default="paged", show_default=True)
 @click.option("--attention-backend", type=click.Choice(["auto", "torch", "triton"]), default="auto",
               show_default=True)
+@click.option("--speculative-model", default=None,
+              help="Draft checkpoint folder sharing the target's tokenizer, or 'ngram' for prompt lookup.")
+@click.option("--num-speculative-tokens", default=0, show_default=True, type=click.IntRange(0, 128),
+              help="k: tokens proposed per step.")
+@click.option("--prompt-lookup-min", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--prompt-lookup-max", default=4, show_default=True, type=click.IntRange(1))
+@click.option("--speculative-disable-by-batch-size", default=None, type=click.IntRange(1),
+              help="No speculation in steps with more sequences than this.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--api-key", default=None, envvar="LLMBENCH_API_KEY", help="Require 'Authorization: Bearer KEY'.")
 @click.option("--max-waiting", default=1024, show_default=True, type=click.IntRange(1),

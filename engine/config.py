@@ -23,6 +23,11 @@ class EngineConfig:
     kv_layout: Literal["paged", "contiguous"] = "paged"
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     num_lookahead_slots: int = 0  # reserved per decode step for speculative tokens
+    speculative_model: str | None = None  # a checkpoint folder sharing the tokenizer, or "ngram"
+    num_speculative_tokens: int = 0  # k
+    prompt_lookup_min: int = 1
+    prompt_lookup_max: int = 4
+    speculative_disable_by_batch_size: int | None = None  # no speculation in steps with more sequences
     seed: int = 0
     stats_window: int = 4096  # per-step stats kept in a ring buffer
 
@@ -35,10 +40,16 @@ class EngineConfig:
             (self.kv_layout in ("paged", "contiguous"), f"unknown kv_layout {self.kv_layout!r}"),
             (self.dtype in ("float32", "bfloat16", "float16"), f"unsupported dtype {self.dtype!r}"),
             (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
+            (not self.speculative_model or 1 <= self.num_speculative_tokens <= 128,
+             "speculative decoding needs num_speculative_tokens between 1 and 128"),
+            (1 <= self.prompt_lookup_min <= self.prompt_lookup_max,
+             "need 1 <= prompt_lookup_min <= prompt_lookup_max"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.speculative_model:
+            self.num_lookahead_slots = max(self.num_lookahead_slots, self.num_speculative_tokens)
 
 
 @dataclass

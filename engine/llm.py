@@ -13,9 +13,11 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig, SamplingParams
 from engine.detokenizer import DetokState, detokenize_step
 from engine.loader import read_config
-from engine.model_runner import ModelRunner
+from engine.model_runner import Chunk, ModelRunner
+from engine.rejection_sampler import verify
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.spec_decode import Proposal, SpecDecoder
 from engine.stats import StatsLog, StepStats
 
 
@@ -85,6 +87,8 @@ class LLM:
         self.block_manager = BlockManager(self.runner.num_blocks, self.config.block_size,
                                           self.config.enable_prefix_caching, contiguous)
         self.scheduler = Scheduler(self.config, self.block_manager, self.max_model_len)
+        self.spec = (SpecDecoder(self.config, self.runner, self.model_config, self.tokenizer, self.max_model_len)
+                     if self.config.speculative_model else None)
         self.requests: dict[str, _Request] = {}
         self.stats = StatsLog(self.config.stats_window)
 
@@ -122,28 +126,55 @@ class LLM:
 
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
-        """Schedule, run one forward, sample; return an output for every request that changed."""
+        """Schedule, run one forward, sample (or verify speculated tokens); return an output for every
+        request that changed."""
         t0 = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch:
             return []
-        logits, rows = self.runner.execute(batch)
+        proposals = self.spec.propose(batch) if self.spec else {}
+        chunks, sampled = [], []
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens, strict=True)):
+            start = seq.num_computed_tokens
+            last = start + n == seq.num_tokens
+            guesses = proposals[i].tokens if i in proposals else []
+            chunks.append(Chunk(seq.token_ids[start : start + n] + guesses, start, seq.block_table,
+                                (1 + len(guesses)) * last))
+            if last:
+                sampled.append(i)
+        self.runner.copy_blocks(batch.copies)
+        if self.spec:
+            self.spec.copy_blocks(batch.copies)
+        logits = self.runner.forward(chunks)
         context = sum(s.num_computed_tokens + n for s, n in zip(batch.seqs, batch.num_tokens, strict=True))
         num_decode = sum(1 for seq, n in zip(batch.seqs, batch.num_tokens, strict=True)
                          if n == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens)
         for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
             seq.num_computed_tokens += n
             self.block_manager.register_computed(seq)
-        sampling = [batch.seqs[i] for i in rows]
-        sampling, logits = self._fork(sampling, logits)
-        tokens = sampler.sample(logits, sampling, self.eos_token_ids)
-        logprobs = sampler.top_logprobs(logits, tokens, sampling)
+        plain, plain_rows, speculated, row = [], [], [], 0
+        for i in sampled:
+            width = len(chunks[i].token_ids) - batch.num_tokens[i] + 1
+            if i in proposals:
+                speculated.append((batch.seqs[i], proposals[i], logits[row : row + width]))
+            else:
+                plain.append(batch.seqs[i])
+                plain_rows.append(row)
+            row += width
         now = time.time()
         changed: dict[str, _Request] = {}
-        for seq, token, lp in zip(sampling, tokens, logprobs, strict=True):
-            if seq.is_finished:
-                continue
-            self._append(seq, token, lp, now)
+        plain, plain_logits = self._fork(plain, logits[plain_rows])
+        tokens = sampler.sample(plain_logits, plain, self.eos_token_ids)
+        logprobs = sampler.top_logprobs(plain_logits, tokens, plain)
+        for seq, token, lp in zip(plain, tokens, logprobs, strict=True):
+            if not seq.is_finished:
+                self._append(seq, token, lp, now)
+                changed[seq.request_id] = self.requests[seq.request_id]
+        accepted = generated = 0
+        for seq, proposal, rows in speculated:
+            emitted, num_accepted = self._verify(seq, proposal, rows, now)
+            accepted += num_accepted
+            generated += emitted
             changed[seq.request_id] = self.requests[seq.request_id]
         self.stats.record(StepStats(
             time=now, step_seconds=time.perf_counter() - t0,
@@ -151,9 +182,30 @@ class LLM:
             num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
             kv_usage=self.block_manager.usage().usage, prefix_queried_tokens=batch.prefix_queried_tokens,
             prefix_hit_tokens=batch.prefix_hit_tokens, num_preemptions=batch.num_preempted,
-            num_generated_tokens=len(tokens), num_seqs=len(batch.seqs), num_context_tokens=context,
+            num_generated_tokens=len(tokens) + generated, num_seqs=len(batch.seqs), num_context_tokens=context,
+            num_drafts=len(proposals), num_draft_tokens=sum(len(p.tokens) for p in proposals.values()),
+            num_accepted_tokens=accepted,
         ))
         return [self._output(req) for req in changed.values()]
+
+    def _verify(self, seq: Sequence, proposal: Proposal, logits: torch.Tensor, now: float) -> tuple[int, int]:
+        """Check one sequence's guesses against the target's k+1 rows; append what survives."""
+        for ahead in range(len(logits)):
+            banned = sampler.banned_tokens(seq, self.eos_token_ids, ahead)
+            if banned:
+                logits[ahead, banned] = float("-inf")
+        tokens, num_accepted = verify(logits, proposal.tokens, proposal.probs, seq.params, seq.generator)
+        logprobs = sampler.top_logprobs(logits[: len(tokens)], tokens, [seq] * len(tokens))
+        emitted = 0
+        for token, lp in zip(tokens, logprobs, strict=True):
+            self._append(seq, token, lp, now)
+            emitted += 1
+            if seq.is_finished:
+                return emitted, num_accepted
+        seq.num_computed_tokens += emitted - 1
+        self.block_manager.register_computed(seq)
+        self.spec.accepted(seq, proposal, num_accepted)
+        return emitted, num_accepted
 
     # -- offline API ------------------------------------------------------------------------------
     def generate(self, prompts: str | list[str] | list[list[int]],

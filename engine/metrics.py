@@ -36,6 +36,9 @@ class EngineMetrics:
         self.preemptions = counter("vllm:num_preemptions", "Sequences preempted (recompute)")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prefill tokens computed")
         self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated")
+        self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Sequences given speculative guesses")
+        self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Speculative tokens proposed")
+        self.spec_accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Speculative tokens accepted")
         self._success = Counter("vllm:request_success", "Finished requests", labels + ["finished_reason"],
                                 registry=r)
         self.ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token")
@@ -57,6 +60,9 @@ class EngineMetrics:
         self.preemptions.inc(step.num_preemptions)
         self.prompt_tokens.inc(step.num_prefill_tokens)
         self.generation_tokens.inc(step.num_generated_tokens)
+        self.spec_drafts.inc(step.num_drafts)
+        self.spec_draft_tokens.inc(step.num_draft_tokens)
+        self.spec_accepted_tokens.inc(step.num_accepted_tokens)
         self.iteration_tokens.observe(step.num_prefill_tokens + step.num_decode_tokens)
         with self._lock:
             for out in outputs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,20 @@ def resolve_backend(name: str, device: torch.device) -> str:
     return name
 
 
+@dataclass
+class Chunk:
+    """Tokens of one sequence computed in a forward, and how many trailing positions need logits."""
+
+    token_ids: list[int]
+    start: int  # position of token_ids[0]
+    block_table: list[int]
+    num_logits: int = 0
+
+
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model_cfg: ModelConfig, folder: Path, max_model_len: int) -> None:
+    def __init__(self, config: EngineConfig, model_cfg: ModelConfig, folder: Path, max_model_len: int,
+                 num_blocks: int | None = None) -> None:
+        """`num_blocks` fixes the pool size: a draft model mirrors the target's block tables."""
         self.config = config
         self.model_cfg = model_cfg
         self.device = torch.device(config.device)
@@ -37,7 +50,7 @@ class ModelRunner:
         load_weights(model, folder)
         self.model = model.to(self.dtype).eval()
         self.max_model_len = max_model_len
-        self.num_blocks = self._count_blocks()
+        self.num_blocks = num_blocks or self._count_blocks()
         shape = (2, model_cfg.num_layers, self.num_blocks, self.block_size, model_cfg.num_kv_heads,
                  model_cfg.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -76,24 +89,33 @@ class ModelRunner:
         for src, dst in copies:
             self.kv_cache[:, :, dst].copy_(self.kv_cache[:, :, src])
 
-    @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int]]:
         """Run the batch; return logits of the sequences whose chunk reaches their last token, and their
         positions in the batch."""
-        self.copy_blocks(batch.copies)
-        ids, positions, tables, sample_rows, sample_seqs = [], [], [], [], []
-        row = 0
+        chunks, sampled = [], []
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens, strict=True)):
             start = seq.num_computed_tokens
-            ids.extend(seq.token_ids[start : start + n])
-            positions.append(np.arange(start, start + n))
-            tables.append(np.asarray(seq.block_table, dtype=np.int64))
-            row += n
-            if start + n == seq.num_tokens:
-                sample_rows.append(row - 1)
-                sample_seqs.append(i)
-        query_lens = list(batch.num_tokens)
-        context_lens = [s.num_computed_tokens + n for s, n in zip(batch.seqs, query_lens, strict=True)]
+            last = start + n == seq.num_tokens
+            chunks.append(Chunk(seq.token_ids[start : start + n], start, seq.block_table, int(last)))
+            if last:
+                sampled.append(i)
+        self.copy_blocks(batch.copies)
+        return self.forward(chunks), sampled
+
+    @torch.inference_mode()
+    def forward(self, chunks: list[Chunk]) -> torch.Tensor:
+        """One flat forward over every chunk; logits [sum of num_logits, vocab] on the CPU."""
+        ids, positions, tables, rows = [], [], [], []
+        end = 0
+        for c in chunks:
+            n = len(c.token_ids)
+            ids.extend(c.token_ids)
+            positions.append(np.arange(c.start, c.start + n))
+            tables.append(np.asarray(c.block_table, dtype=np.int64))
+            end += n
+            rows.extend(range(end - c.num_logits, end))
+        query_lens = [len(c.token_ids) for c in chunks]
+        context_lens = [c.start + len(c.token_ids) for c in chunks]
         pos = np.concatenate(positions)
         meta = self._metadata(query_lens, context_lens, tables, positions=pos)
         dev = self.device
@@ -101,9 +123,9 @@ class ModelRunner:
             torch.tensor(ids, dtype=torch.long, device=dev),
             torch.from_numpy(pos).to(dev),
             meta,
-            torch.tensor(sample_rows, dtype=torch.long, device=dev),
+            torch.tensor(rows, dtype=torch.long, device=dev),
         )
-        return logits.cpu(), sample_seqs
+        return logits.cpu()
 
     def _metadata(self, query_lens: list[int], context_lens: list[int], tables: list[np.ndarray],
                   positions: np.ndarray | None = None, warmup: bool = False) -> AttentionMetadata:

@@ -26,13 +26,18 @@ def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     return probs / probs.sum()
 
 
+def banned_tokens(seq: Sequence, eos_ids: tuple[int, ...], ahead: int = 0) -> list[int]:
+    """min_tokens: EOS and stop tokens cannot end a sequence that is still too short (`ahead` tokens on)."""
+    if seq.num_output_tokens + ahead >= seq.params.min_tokens:
+        return []
+    return list(seq.params.stop_token_ids) + ([] if seq.params.ignore_eos else list(eos_ids))
+
+
 def suppress_stops(logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...]) -> None:
-    """min_tokens: EOS and stop tokens cannot end a sequence that is still too short."""
     for row, seq in enumerate(seqs):
-        if seq.num_output_tokens < seq.params.min_tokens:
-            banned = list(seq.params.stop_token_ids) + ([] if seq.params.ignore_eos else list(eos_ids))
-            if banned:
-                logits[row, banned] = float("-inf")
+        banned = banned_tokens(seq, eos_ids)
+        if banned:
+            logits[row, banned] = float("-inf")
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...] = ()) -> list[int]:

@@ -43,6 +43,7 @@ class Sequence:
     num_preemptions: int = 0
     logprobs: list[dict[int, float]] = field(default_factory=list)
     pending_forks: int = 0  # children to fork when the first token is sampled (n > 1)
+    draft_lag: int = 0  # computed tokens whose K/V the draft model has not written yet
 
     def __post_init__(self) -> None:
         if not self.num_prompt_tokens:
@@ -84,6 +85,7 @@ class Sequence:
             num_registered_blocks=self.num_registered_blocks,
             first_scheduled_time=self.first_scheduled_time,
             logprobs=list(self.logprobs),
+            draft_lag=self.draft_lag,
         )
         if self.params.seed is not None:
             child.generator = torch.Generator().manual_seed(self.params.seed + index)

@@ -21,11 +21,15 @@ class StepStats:
     num_generated_tokens: int
     num_seqs: int = 0  # sequences in the step's batch
     num_context_tokens: int = 0  # K/V tokens attended over, summed over the batch
+    num_drafts: int = 0  # sequences that got speculative guesses this step
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
     index: int = 0  # position in the engine's life, for incremental reads
 
 
 _SUMMED = ("step_seconds", "num_prefill_tokens", "num_decode_tokens", "prefix_queried_tokens",
-           "prefix_hit_tokens", "num_preemptions", "num_generated_tokens")
+           "prefix_hit_tokens", "num_preemptions", "num_generated_tokens", "num_drafts", "num_draft_tokens",
+           "num_accepted_tokens")
 
 
 class StatsLog:

@@ -161,6 +161,8 @@ def write_summary(out_dir: Path, rows: list[dict]) -> None:
             "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
             "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms", "p99_send_lag_ms",
             "client_overloaded", "saturated"]
+    keys += [k for k in ("spec_draft_tokens", "spec_accepted_tokens", "spec_acceptance_rate")
+             if any(k in row for row in rows)]
     frame = pd.DataFrame([{k: row.get(k) for k in keys} for row in rows])
     frame.to_csv(out_dir / "summary.csv", index=False)
 

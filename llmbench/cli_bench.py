@@ -234,6 +234,8 @@ def print_summary(out_dir: Path) -> None:
                ("median_ttft_ms", "TTFT P50", "{:.0f}"), ("p99_ttft_ms", "TTFT P99", "{:.0f}"),
                ("median_tpot_ms", "TPOT P50", "{:.1f}"), ("p99_tpot_ms", "TPOT P99", "{:.1f}"),
                ("failed", "failed", "{:.0f}")]
+    if "spec_acceptance_rate" in frame:
+        columns.append(("spec_acceptance_rate", "spec α", "{:.2f}"))
     for _, title, _ in columns:
         table.add_column(title, justify="right")
     for _, row in frame.iterrows():

@@ -42,6 +42,9 @@ SIZES: dict[str, ModelSize] = {
     "small": ModelSize(512, 8, 8, 2, 1408, 4096),
 }
 
+# layer-skip self-drafts for speculative decoding: (target size, leading layers kept)
+DRAFTS: dict[str, tuple[str, int]] = {"small-draft": ("small", 2), "tiny-draft": ("tiny", 1)}
+
 
 def llmbench_home() -> Path:
     return Path(os.environ.get("LLMBENCH_HOME", Path.home() / ".cache" / "llmbench"))
@@ -157,11 +160,14 @@ def random_weights(config: dict, seed: int = SEED) -> dict:
 
 def build_model(size: str = "small", out: Path | str | None = None, force: bool = False) -> Path:
     """Build (or reuse) the bundled model of `size`; return its folder."""
-    if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; choose one of {', '.join(SIZES)}")
+    if size not in SIZES and size not in DRAFTS:
+        raise ValueError(f"unknown model size {size!r}; choose one of {', '.join([*SIZES, *DRAFTS])}")
     out = Path(out) if out is not None else default_model_dir(size)
     if (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file() and not force:
         return out
+    if size in DRAFTS:
+        target, keep = DRAFTS[size]
+        return build_layer_skip_draft(build_model(target), out, keep)
     from safetensors.torch import save_file
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -180,6 +186,32 @@ def build_model(size: str = "small", out: Path | str | None = None, force: bool 
             },
         )
         save_file(random_weights(config), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def build_layer_skip_draft(source: Path, out: Path, keep_layers: int) -> Path:
+    """A draft for speculative decoding that shares the source's tokenizer, embeddings, final norm and
+    LM head and keeps its first `keep_layers` decoder layers (a layer-skip self-draft)."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((source / "config.json").read_text())
+    if not 0 < keep_layers < config["num_hidden_layers"]:
+        raise ValueError(f"keep_layers must be between 1 and {config['num_hidden_layers'] - 1}")
+    weights = load_file(str(source / "model.safetensors"))
+    kept = {name: w for name, w in weights.items()
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < keep_layers}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+            shutil.copyfile(source / name, tmp / name)
+        _write_json(tmp / "config.json", config | {"num_hidden_layers": keep_layers})
+        save_file(kept, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -16,7 +16,7 @@ import uvloop
 from llmbench import client, metrics
 from llmbench.datasets import Request
 from llmbench.records import RecordWriter, RequestRecord
-from llmbench.scrape import Scraper
+from llmbench.scrape import Scraper, spec_decode_summary
 
 DEAD_TARGET_FAILURES = 10  # consecutive connection failures that end a run early
 WARM_CONNECTIONS = 32
@@ -111,6 +111,8 @@ class Run:
             self.notes.append(f"the target stopped answering ({DEAD_TARGET_FAILURES} connection failures in a row); "
                               f"the run ended early after {sent} of {len(self.requests)} requests")
         result = metrics.compute(self.records, duration, cfg.percentiles, cfg.goodput, cfg.rate)
+        if scraper:
+            result |= spec_decode_summary(scraper.points)
         if result["client_overloaded"]:
             self.notes.append(f"client overloaded: achieved {result['achieved_rate']:.2f} req/s of "
                               f"{cfg.rate} requested, P99 send lag {result['p99_send_lag_ms']:.1f} ms — figures "

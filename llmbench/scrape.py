@@ -108,3 +108,16 @@ class Scraper:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self.available:
+            await self.scrape_once()
+
+
+def spec_decode_summary(points: list[dict]) -> dict[str, float]:
+    """Draft and accepted tokens over the run (counter deltas) and the acceptance rate α."""
+    seen = [p for p in points if "spec_draft_tokens" in p]
+    if len(seen) < 2:
+        return {}
+    drafted = seen[-1]["spec_draft_tokens"] - seen[0]["spec_draft_tokens"]
+    accepted = seen[-1].get("spec_accepted_tokens", 0.0) - seen[0].get("spec_accepted_tokens", 0.0)
+    return {"spec_draft_tokens": drafted, "spec_accepted_tokens": accepted,
+            "spec_acceptance_rate": accepted / drafted if drafted else float("nan")}
