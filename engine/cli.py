@@ -36,6 +36,14 @@ import click
 @click.option("--prompt-lookup-max", default=4, show_default=True, type=click.IntRange(1))
 @click.option("--speculative-disable-by-batch-size", default=None, type=click.IntRange(1),
               help="No speculation in steps with more sequences than this.")
+@click.option("--quantization", type=click.Choice(["int8", "int4", "awq", "gptq"]), default=None,
+              help="int8/int4: quantize at load; awq/gptq: a pre-quantized checkpoint (detected from config.json).")
+@click.option("--quantization-group-size", default=128, show_default=True, type=click.Choice(["32", "64", "128", "256"]),
+              callback=lambda _c, _p, v: int(v))
+@click.option("--quantization-kernel", type=click.Choice(["auto", "packed", "dense"]), default="auto", show_default=True,
+              help="auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
+              show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--api-key", default=None, envvar="LLMBENCH_API_KEY", help="Require 'Authorization: Bearer KEY'.")
 @click.option("--max-waiting", default=1024, show_default=True, type=click.IntRange(1),

@@ -28,6 +28,12 @@ class EngineConfig:
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 4
     speculative_disable_by_batch_size: int | None = None  # no speculation in steps with more sequences
+    quantization: str | None = None  # int8 | int4 (at load) | awq | gptq (pre-quantized checkpoints)
+    quantization_group_size: int = 128  # int4
+    quantization_kernel: Literal["auto", "packed", "dense"] = "auto"  # auto: the faster on this machine
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    k_scale_constant: float = 200.0  # fp8 KV scales computed on the first forward: amax / constant
+    v_scale_constant: float = 100.0
     seed: int = 0
     stats_window: int = 4096  # per-step stats kept in a ring buffer
 
@@ -42,6 +48,13 @@ class EngineConfig:
             (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
             (not self.speculative_model or 1 <= self.num_speculative_tokens <= 128,
              "speculative decoding needs num_speculative_tokens between 1 and 128"),
+            (self.quantization in (None, "int8", "int4", "awq", "gptq"),
+             f"unknown quantization {self.quantization!r} (int8, int4, awq, gptq)"),
+            (self.quantization_group_size in (32, 64, 128, 256), "quantization_group_size must be 32, 64, 128 or 256"),
+            (self.quantization_kernel in ("auto", "packed", "dense"),
+             f"unknown quantization_kernel {self.quantization_kernel!r} (auto, packed, dense)"),
+            (self.kv_cache_dtype in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+             f"unknown kv_cache_dtype {self.kv_cache_dtype!r} (auto, fp8, fp8_e4m3, fp8_e5m2)"),
             (1 <= self.prompt_lookup_min <= self.prompt_lookup_max,
              "need 1 <= prompt_lookup_min <= prompt_lookup_max"),
         ]

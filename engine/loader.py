@@ -40,6 +40,7 @@ class ModelConfig:
     bos_token_id: int | None
     sliding_window: int | None
     torch_dtype: str | None
+    quantization: dict | None = None  # the checkpoint's quantization_config (AWQ/GPTQ)
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -95,6 +96,7 @@ def read_config(folder: Path) -> ModelConfig:
         bos_token_id=raw.get("bos_token_id"),
         sliding_window=window,
         torch_dtype=raw.get("torch_dtype") or raw.get("dtype"),
+        quantization=raw.get("quantization_config"),
     )
 
 
@@ -116,24 +118,35 @@ def weight_files(folder: Path) -> list[Path]:
     return files
 
 
-def load_weights(model: torch.nn.Module, folder: Path) -> None:
-    """Copy every checkpoint tensor into the model's (possibly fused) parameters."""
+QUANT_TENSORS = ("qweight", "qzeros", "scales", "g_idx")
+
+
+def load_weights(model: torch.nn.Module, folder: Path) -> dict[tuple[str, int | None], dict[str, torch.Tensor]]:
+    """Copy every checkpoint tensor into the model's (possibly fused) parameters and buffers (fp8 KV
+    scales). Quantized linears (AWQ/GPTQ tensors) are returned, keyed by (module, shard), for
+    `engine.quantization` to build."""
     from safetensors import safe_open
 
-    params = dict(model.named_parameters())
+    params = dict(model.named_parameters()) | dict(model.named_buffers())
     loaded: set[str] = set()
+    quantized: dict[tuple[str, int | None], dict[str, torch.Tensor]] = {}
     for file in weight_files(folder):
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
                 if "rotary_emb" in name:
                     continue
                 target, shard = model.checkpoint_to_param(name)
+                module, _, kind = target.rpartition(".")
+                if kind in QUANT_TENSORS:
+                    quantized.setdefault((module, shard), {})[kind] = f.get_tensor(name)
+                    loaded.add(f"{module}.weight#{shard}" if shard is not None else f"{module}.weight")
+                    continue
                 if target not in params:
                     continue
                 _copy_into(params[target], f.get_tensor(name), shard, model, target, file, name)
                 loaded.add(f"{target}#{shard}" if shard is not None else target)
     expected = set()
-    for target in params:
+    for target in dict(model.named_parameters()):
         if target == "lm_head.weight" and model.cfg.tie_word_embeddings:
             continue
         fused = target.split(".")[-2]
@@ -143,6 +156,7 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
     if missing:
         raise CheckpointError(f"{folder}: tensor for {missing[0].split('#')[0]!r} missing from the checkpoint "
                               f"({len(missing)} missing in all)")
+    return quantized
 
 
 def _copy_into(param: torch.Tensor, tensor: torch.Tensor, shard: int | None, model, target: str,

@@ -9,14 +9,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine import quantization
 from engine.config import EngineConfig
 from engine.layers.attention import AttentionMetadata
-from engine.loader import ModelConfig, load_weights
+from engine.loader import CheckpointError, ModelConfig, load_weights
 from engine.models.llama import LlamaForCausalLM
 from engine.scheduler import ScheduledBatch
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
@@ -47,23 +49,38 @@ class ModelRunner:
         self.backend = resolve_backend(config.attention_backend, self.device)
         with self.device:
             model = LlamaForCausalLM(model_cfg, self.backend)
-        load_weights(model, folder)
+        qtensors = load_weights(model, folder)
         self.model = model.to(self.dtype).eval()
+        method = quantization.resolve(config.quantization, model_cfg, folder)
+        if qtensors and method not in ("awq", "gptq"):
+            raise CheckpointError(f"{folder}: the weights are quantized (qweight/qzeros/scales) but config.json "
+                                  "has no quantization_config saying how")
+        self.quant = quantization.apply(self.model, method, config.quantization_group_size, qtensors, self.dtype,
+                                        self.device, folder, config.quantization_kernel) if method else None
+        self.kv_dtype = KV_DTYPES.get(config.kv_cache_dtype, self.dtype)
+        for attn in self.model.attention_layers():
+            attn.k_scale, attn.v_scale = attn.k_scale.float(), attn.v_scale.float()
+            if self.kv_dtype != self.dtype and not float(attn.k_scale) > 0:
+                attn.scale_constants = (config.k_scale_constant, config.v_scale_constant)
         self.max_model_len = max_model_len
         self.num_blocks = num_blocks or self._count_blocks()
         shape = (2, model_cfg.num_layers, self.num_blocks, self.block_size, model_cfg.num_kv_heads,
                  model_cfg.head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.kv_cache = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
         for i, attn in enumerate(self.model.attention_layers()):
             attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
-        log.info("KV cache: %d blocks of %d tokens (%.1f MiB), attention backend %s", self.num_blocks,
-                 self.block_size, self.kv_cache.numel() * self.kv_cache.element_size() / 2**20, self.backend)
+        log.info("KV cache: %d blocks of %d tokens (%.1f MiB, %s), attention backend %s", self.num_blocks,
+                 self.block_size, self.kv_cache.numel() * self.kv_cache.element_size() / 2**20,
+                 str(self.kv_dtype).removeprefix("torch."), self.backend)
 
     @property
     def block_bytes(self) -> int:
         c = self.model_cfg
-        itemsize = torch.tensor([], dtype=self.dtype).element_size()
+        itemsize = torch.tensor([], dtype=self.kv_dtype).element_size()
         return 2 * c.num_layers * self.block_size * c.num_kv_heads * c.head_dim * itemsize
+
+    def weight_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
 
     def _count_blocks(self) -> int:
         if self.config.kv_cache_memory is not None or self.device.type != "cuda":

@@ -231,7 +231,10 @@ async def health(request: web.Request) -> web.Response:
 async def version(request: web.Request) -> web.Response:
     llm: LLM = request.app[STATE]["engine"].llm
     config = asdict(llm.config) | {"max_model_len": llm.max_model_len, "num_kv_blocks": llm.runner.num_blocks,
-                                   "attention_backend": llm.runner.backend}
+                                   "attention_backend": llm.runner.backend,
+                                   "kv_cache_torch_dtype": str(llm.runner.kv_dtype).removeprefix("torch."),
+                                   "quantization_info": asdict(llm.runner.quant) if llm.runner.quant else None,
+                                   "weight_bytes": llm.runner.weight_bytes()}
     return web.json_response({"version": engine.__version__, "engine": "llmbench-engine",
                               "model": str(llm.model_path), "config": config})
 

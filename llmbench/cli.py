@@ -97,5 +97,16 @@ def serve(args: tuple[str, ...]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "engine.server", *args])
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def quantize(args: tuple[str, ...]) -> None:
+    """Quantize a local checkpoint to 4 bits (AWQ, RTN or GPTQ layout); `llmbench quantize --help` for flags."""
+    import os
+    import sys
+
+    os.execv(sys.executable, [sys.executable, "-m", "engine.quantize", *args])
+
+
 if __name__ == "__main__":
     main()

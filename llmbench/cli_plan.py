@@ -15,8 +15,10 @@ import click
 @click.option("--attainment", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0))
 @click.option("--gpu", default="H100-SXM", show_default=True, help="Catalog GPU for the unmeasured path.")
 @click.option("--model", default="llama-3.1-8b", show_default=True, help="Catalog model or a config.json path.")
-@click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4"]), default="bf16", show_default=True)
-@click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True)
+@click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4"]),
+              help="Default: the measured engine's quantization (from --results), else bf16.")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]),
+              help="Default: the measured engine's kv_cache_dtype (from --results), else bf16.")
 @click.option("--burst-headroom", default=0.2, show_default=True, type=click.FloatRange(0))
 @click.option("--spares", default=1, show_default=True, type=click.IntRange(0), help="N+1 spare replicas.")
 @click.option("--gpus-per-replica", type=click.IntRange(1), help="Default: 1 measured, smallest TP that fits.")
@@ -28,6 +30,9 @@ def plan_command(qps, results, slo, attainment, gpu, model, weight_dtype, kv_dty
     """Replicas and GPUs that keep P99 TTFT and TPOT under the SLOs at a target QPS."""
     from llmbench.plan.planner import PlanError, PlanRequest, make_plan, parse_slo
 
+    measured = measured_dtypes(Path(results)) if results else {}
+    weight_dtype = weight_dtype or measured.get("weight_dtype", "bf16")
+    kv_dtype = kv_dtype or measured.get("kv_dtype", "bf16")
     try:
         request = PlanRequest(qps=qps, slo=parse_slo(slo, attainment), results=Path(results) if results else None,
                               gpu=gpu, model=model, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
@@ -40,6 +45,23 @@ def plan_command(qps, results, slo, attainment, gpu, model, weight_dtype, kv_dty
     path.write_text(json.dumps(plan, indent=2, default=float))
     print_plan(plan)
     click.echo(f"plan: {path}")
+
+
+def measured_dtypes(folder: Path) -> dict[str, str]:
+    """Weight and KV formats the measured engine reported in /version (bundled engine only)."""
+    from llmbench.results import load_metadata
+
+    try:
+        config = (load_metadata(folder).get("target", {}).get("version") or {}).get("config") or {}
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    quant = config.get("quantization")
+    if quant:
+        found["weight_dtype"] = "int8" if quant == "int8" else "int4"
+    if str(config.get("kv_cache_dtype", "auto")).startswith("fp8"):
+        found["kv_dtype"] = "fp8"
+    return found
 
 
 def print_plan(plan: dict) -> None:

@@ -38,7 +38,7 @@ class ModelSize:
 
 
 SIZES: dict[str, ModelSize] = {
-    "tiny": ModelSize(64, 2, 4, 2, 176, 2048),
+    "tiny": ModelSize(64, 2, 4, 2, 192, 2048),
     "small": ModelSize(512, 8, 8, 2, 1408, 4096),
 }
 
@@ -163,7 +163,8 @@ def build_model(size: str = "small", out: Path | str | None = None, force: bool 
     if size not in SIZES and size not in DRAFTS:
         raise ValueError(f"unknown model size {size!r}; choose one of {', '.join([*SIZES, *DRAFTS])}")
     out = Path(out) if out is not None else default_model_dir(size)
-    if (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file() and not force:
+    if (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file() and not force \
+            and _shape_matches(out, size):
         return out
     if size in DRAFTS:
         target, keep = DRAFTS[size]
@@ -192,6 +193,19 @@ def build_model(size: str = "small", out: Path | str | None = None, force: bool 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _shape_matches(folder: Path, size: str) -> bool:
+    """A cached build from an older definition of `size` is rebuilt."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    target, keep = DRAFTS.get(size, (size, None))
+    want = SIZES[target]
+    layers = keep or want.num_hidden_layers
+    return (config.get("hidden_size"), config.get("intermediate_size"), config.get("num_hidden_layers")) == (
+        want.hidden_size, want.intermediate_size, layers)
 
 
 def build_layer_skip_draft(source: Path, out: Path, keep_layers: int) -> Path:

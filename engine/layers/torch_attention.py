@@ -12,14 +12,28 @@ import torch.nn.functional as F
 
 from engine.layers.attention import AttentionMetadata
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+             slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
+             v_scale: torch.Tensor | None = None) -> None:
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        flat = cache.view(-1, *cache.shape[2:])
+        if cache.dtype in FP8:  # stored as x / scale; index_copy_ has no fp8 kernel, the bytes are copied
+            x = (x.float() / scale).to(cache.dtype)
+            flat, x = flat.view(torch.uint8), x.view(torch.uint8)
+        flat.index_copy_(0, slot_mapping, x.to(flat.dtype))
+
+
+def load(x: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None) -> torch.Tensor:
+    """Cached K or V in the compute dtype (fp8 is dequantized with its per-layer scale)."""
+    if x.dtype in FP8:
+        return (x.to(torch.float32) * scale).to(dtype)
+    return x.to(dtype)
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -35,20 +49,21 @@ def gather_blocks(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           meta: AttentionMetadata, scale: float) -> torch.Tensor:
+           meta: AttentionMetadata, scale: float, k_scale: torch.Tensor | None = None,
+           v_scale: torch.Tensor | None = None) -> torch.Tensor:
     out = torch.empty_like(q)
     cu = meta.cu_q
     if len(meta.decode_seqs):
         rows = meta.decode_token_rows
-        out[rows] = _decode(q[rows], k_cache, v_cache, meta, meta.decode_seqs, scale)
+        out[rows] = _decode(q[rows], k_cache, v_cache, meta, meta.decode_seqs, scale, k_scale, v_scale)
     for i in meta.prefill_seqs:
         s, e = cu[i], cu[i + 1]
         n, ctx = e - s, meta.context_lens[i]
         if ctx == n:
             kk, vv, mask, causal = k[s:e], v[s:e], None, True
         else:
-            kk = gather_kv(k_cache, meta.block_tables[i], ctx)
-            vv = gather_kv(v_cache, meta.block_tables[i], ctx)
+            kk = load(gather_kv(k_cache, meta.block_tables[i], ctx), q.dtype, k_scale)
+            vv = load(gather_kv(v_cache, meta.block_tables[i], ctx), q.dtype, v_scale)
             key_pos = torch.arange(ctx)
             query_pos = torch.arange(ctx - n, ctx)
             mask, causal = key_pos[None, :] <= query_pos[:, None], False
@@ -60,21 +75,23 @@ DECODE_BUCKET = 32
 
 
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-            rows: torch.Tensor, scale: float) -> torch.Tensor:
+            rows: torch.Tensor, scale: float, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
+            ) -> torch.Tensor:
     """One query per sequence: [B, H, D]. Sequences are sorted by context length and attended in buckets,
     so padding to the longest context stays small when lengths vary (ShareGPT)."""
     if len(rows) <= DECODE_BUCKET:
-        return _decode_bucket(q, k_cache, v_cache, meta, rows, scale)
+        return _decode_bucket(q, k_cache, v_cache, meta, rows, scale, k_scale, v_scale)
     order = torch.argsort(meta.seq_lens[rows])
     out = torch.empty_like(q)
     for start in range(0, len(rows), DECODE_BUCKET):
         idx = order[start : start + DECODE_BUCKET]
-        out[idx] = _decode_bucket(q[idx], k_cache, v_cache, meta, rows[idx], scale)
+        out[idx] = _decode_bucket(q[idx], k_cache, v_cache, meta, rows[idx], scale, k_scale, v_scale)
     return out
 
 
 def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                   rows: torch.Tensor, scale: float) -> torch.Tensor:
+                   rows: torch.Tensor, scale: float, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
+                   ) -> torch.Tensor:
     lens = meta.seq_lens[rows]
     bs = k_cache.shape[1]
     max_len = int(lens.max())
@@ -83,7 +100,7 @@ def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     vv = gather_blocks(v_cache, tables).flatten(1, 2)
     mask = (torch.arange(kk.shape[1])[None, :] < lens[:, None])[:, None, None, :]
     out = F.scaled_dot_product_attention(
-        q.unsqueeze(2), kk.transpose(1, 2).to(q.dtype), vv.transpose(1, 2).to(q.dtype),
+        q.unsqueeze(2), load(kk, q.dtype, k_scale).transpose(1, 2), load(vv, q.dtype, v_scale).transpose(1, 2),
         attn_mask=mask, scale=scale, enable_gqa=True,
     )
     return out.squeeze(2)

@@ -95,6 +95,8 @@ class LlamaForCausalLM(nn.Module):
     def checkpoint_to_param(self, name: str) -> tuple[str, int | None]:
         """Map a HF tensor name to (our parameter name, shard index or None)."""
         name = name.removeprefix("model.")
+        if name.endswith(("self_attn.k_scale", "self_attn.v_scale")):
+            return name.replace("self_attn.", "self_attn.attn."), None
         for part, (fused, shard) in self.packed.items():
             if f".{part}." in name:
                 return name.replace(f".{part}.", f".{fused}."), shard

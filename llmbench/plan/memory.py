@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from llmbench.plan.catalog import GPU, GiB, ModelSpec
 
-BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# int8: per-channel scales are negligible; int4: one fp16 scale and one 4-bit zero per group of 128
+BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.5 / 128}
 OTHER_PER_GPU = 3.5 * GiB  # AIC systems/*.yaml other_mem: CUDA context, allocator slack, graphs
 NCCL_PER_GPU = {1: 0.0, 2: 342e6, 4: 392e6, 8: 392e6}  # AIC NCCL budgets by TP degree
 

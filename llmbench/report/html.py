@@ -186,6 +186,17 @@ def _chunk_times(folder: Path, result: dict) -> list[list[float]]:
     return times
 
 
+def quantization_mode(config: dict | None) -> str:
+    """Weights and KV-cache format as the target reported them (the bundled engine's /version)."""
+    if not config:
+        return "not reported"
+    info = config.get("quantization_info") or {}
+    weights = config.get("quantization") or info.get("method") or config.get("dtype", "?")
+    if info:
+        weights += f" ({info['bits']}-bit, {info['path']} kernels)"
+    return f"weights {weights}, KV cache {config.get('kv_cache_dtype', 'auto')}"
+
+
 def _meta_rows(meta: dict, first: dict) -> list[tuple[str, str]]:
     target = meta.get("target", {})
     version = target.get("version") or {}
@@ -193,6 +204,7 @@ def _meta_rows(meta: dict, first: dict) -> list[tuple[str, str]]:
         ("target", f"{target.get('base_url', '?')}{' (bundled engine)' if target.get('bundled') else ''}"),
         ("model", first.get("model_id", "?")),
         ("engine", f"{version.get('engine', '')} {version.get('version', '')}".strip() or "unknown"),
+        ("quantization", quantization_mode(version.get("config"))),
         ("engine flags", json.dumps(version.get("config")) if version.get("config") else "not reported"),
         ("dataset", first.get("dataset_description", "")),
         ("arrivals", f"{'Poisson' if first.get('burstiness') == 1.0 else 'gamma, burstiness ' + str(first.get('burstiness'))}"
