@@ -44,6 +44,7 @@ import click
               help="auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
               show_default=True)
+@click.option("--enforce-eager", is_flag=True, help="CUDA: do not capture decode steps in CUDA graphs.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--api-key", default=None, envvar="LLMBENCH_API_KEY", help="Require 'Authorization: Bearer KEY'.")
 @click.option("--max-waiting", default=1024, show_default=True, type=click.IntRange(1),

@@ -22,6 +22,7 @@ class EngineConfig:
     batching: Literal["continuous", "static"] = "continuous"
     kv_layout: Literal["paged", "contiguous"] = "paged"
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
+    enforce_eager: bool = False  # CUDA: no CUDA-graph capture of decode steps
     num_lookahead_slots: int = 0  # reserved per decode step for speculative tokens
     speculative_model: str | None = None  # a checkpoint folder sharing the tokenizer, or "ngram"
     num_speculative_tokens: int = 0  # k

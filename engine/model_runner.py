@@ -72,6 +72,13 @@ class ModelRunner:
         log.info("KV cache: %d blocks of %d tokens (%.1f MiB, %s), attention backend %s", self.num_blocks,
                  self.block_size, self.kv_cache.numel() * self.kv_cache.element_size() / 2**20,
                  str(self.kv_dtype).removeprefix("torch."), self.backend)
+        self.graphs = None
+        if self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager:
+            from engine.cuda_graphs import DecodeGraphs
+
+            self.graphs = DecodeGraphs(self.model, config.max_num_seqs, -(-max_model_len // self.block_size),
+                                       self.device)
+            self.graphs.capture()
 
     @property
     def block_bytes(self) -> int:
@@ -122,6 +129,9 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
         """One flat forward over every chunk; logits [sum of num_logits, vocab] on the CPU."""
+        if self.graphs and self.graphs.fits(len(chunks)) and all(
+                len(c.token_ids) == 1 and c.num_logits == 1 for c in chunks):
+            return self._replay(chunks)
         ids, positions, tables, rows = [], [], [], []
         end = 0
         for c in chunks:
@@ -143,6 +153,13 @@ class ModelRunner:
             torch.tensor(rows, dtype=torch.long, device=dev),
         )
         return logits.cpu()
+
+    def _replay(self, chunks: list[Chunk]) -> torch.Tensor:
+        positions = np.array([c.start for c in chunks])
+        tables = [np.asarray(c.block_table, dtype=np.int64) for c in chunks]
+        meta = self._metadata([1] * len(chunks), list(positions + 1), tables, positions=positions)
+        return self.graphs.run([c.token_ids[0] for c in chunks], positions.tolist(), meta.slot_mapping,
+                               meta.block_tables, (positions + 1).tolist())
 
     def _metadata(self, query_lens: list[int], context_lens: list[int], tables: list[np.ndarray],
                   positions: np.ndarray | None = None, warmup: bool = False) -> AttentionMetadata:

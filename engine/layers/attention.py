@@ -6,7 +6,7 @@ The model calls one `Attention` module per layer and never sees how K/V are laid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -26,6 +26,7 @@ class AttentionMetadata:
     decode_seqs: torch.Tensor  # indices of sequences with one query token, batched together
     decode_token_rows: torch.Tensor  # their rows in the flat batch
     prefill_seqs: list[int]  # the others, attended one by one
+    cache: dict = field(default_factory=dict)  # per-step values a backend derives once for all layers
 
 
 class Attention(nn.Module):
