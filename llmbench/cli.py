@@ -75,7 +75,8 @@ def model() -> None:
 
 
 @model.command("build")
-@click.option("--size", type=click.Choice(["tiny", "small", "tiny-draft", "small-draft"]), default="small",
+@click.option("--size", type=click.Choice(["tiny", "small", "qwen0.5b-shape", "tiny-draft", "small-draft"]),
+              default="small",
               show_default=True, help="*-draft: a layer-skip draft of that model, for speculative decoding.")
 @click.option("--out", type=click.Path(file_okay=False), help="Target folder (default: the llmbench cache).")
 @click.option("--force", is_flag=True, help="Rebuild even if the folder already holds the model.")

@@ -119,5 +119,7 @@ def spec_decode_summary(points: list[dict]) -> dict[str, float]:
         return {}
     drafted = seen[-1]["spec_draft_tokens"] - seen[0]["spec_draft_tokens"]
     accepted = seen[-1].get("spec_accepted_tokens", 0.0) - seen[0].get("spec_accepted_tokens", 0.0)
+    if not drafted:
+        return {}  # no speculation on this target (or none during the run)
     return {"spec_draft_tokens": drafted, "spec_accepted_tokens": accepted,
             "spec_acceptance_rate": accepted / drafted if drafted else float("nan")}

@@ -44,3 +44,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     unified_attention(q, k_cache, v_cache, out, meta.block_tables, meta.seq_lens, meta.cu_seqlens_q, tile_seq,
                       tile_start, scale, k_scale, v_scale)
     return out
+
+
+def unified_attention_only(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                           scale: float) -> torch.Tensor:
+    """The unified kernel whatever the batch (for timing it beside the split-KV kernel)."""
+    out = torch.empty_like(q)
+    group = q.shape[1] // k_cache.shape[2]
+    tile_seq, tile_start = tiles(meta.cu_q, tile_shape(group)[1], q.device)
+    one = torch.ones((), dtype=torch.float32, device=q.device)
+    unified_attention(q, k_cache, v_cache, out, meta.block_tables, meta.seq_lens, meta.cu_seqlens_q, tile_seq,
+                      tile_start, scale, one, one)
+    return out

