@@ -122,8 +122,23 @@ def compute(records: list[RequestRecord], duration: float | None = None,
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", latencies)):
         result |= stats_ms(values, name, percentiles)
     result |= client_health(measured, percentiles, requested_rate)
+    result["steady_completion_rate"] = steady_completion_rate(measured, ok, latencies)
     result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in measured if not r.success))
     return result
+
+
+def steady_completion_rate(measured: list[RequestRecord], ok: list[RequestRecord], latencies: list[float]
+                           ) -> float | None:
+    """Completions per second while requests were still arriving, after the first median latency: under
+    capacity it equals the arrival rate, in saturation it is capped. (Completed ÷ duration also counts the
+    drain after the last arrival, which reads as "saturated" for any long-output run.)"""
+    if len(ok) < 4:
+        return None
+    first, last = min(r.start for r in measured), max(r.start for r in measured)
+    begin = first + float(np.median(latencies))
+    if last - begin < 0.25 * (last - first) or last <= begin:
+        return None
+    return sum(1 for r in ok if begin <= r.end <= last) / (last - begin)
 
 
 def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:

@@ -5,7 +5,12 @@ from __future__ import annotations
 FAILURE_LIMIT = 0.05  # fraction of failed requests that ends a sweep
 THROUGHPUT_GAIN = 1.05  # below this gain over the best earlier rate, throughput has stopped growing
 TTFT_CLIMB = 2.0  # ...while P99 TTFT at least doubled: queueing has taken over
-SERVED_FLOOR = 0.8  # completions per second below this fraction of the offered rate: the queue only grows
+SERVED_FLOOR = 0.8  # steady completions per second below this fraction of the offered rate: the queue grows
+
+
+def served(result: dict) -> float:
+    steady = result.get("steady_completion_rate")
+    return steady if steady is not None else result["request_throughput"]
 
 
 def saturation(history: list[dict], current: dict) -> str | None:
@@ -15,10 +20,9 @@ def saturation(history: list[dict], current: dict) -> str | None:
         return f"{current['failed']} of {total} requests failed"
     rate = current.get("request_rate")
     if history and isinstance(rate, int | float) and rate > 0 and \
-            current["request_throughput"] < SERVED_FLOOR * rate and \
-            history[-1]["request_throughput"] < SERVED_FLOOR * history[-1]["request_rate"]:
-        return (f"saturated: {current['request_throughput']:.2f} req/s completed of {rate:g} offered "
-                f"(and {history[-1]['request_throughput']:.2f} of {history[-1]['request_rate']:g} before)")
+            served(current) < SERVED_FLOOR * rate and served(history[-1]) < SERVED_FLOOR * history[-1]["request_rate"]:
+        return (f"saturated: {served(current):.2f} req/s completed of {rate:g} offered "
+                f"(and {served(history[-1]):.2f} of {history[-1]['request_rate']:g} before)")
     if history:
         best = max(h["output_throughput"] for h in history)
         prev_ttft = history[-1]["p99_ttft_ms"]

@@ -49,3 +49,31 @@ def test_saturation_rules():
                   {**base, "request_rate": 10.0, "request_throughput": 1.9, "output_throughput": 1500.0}]
     assert saturation([], overloaded[0]) is None  # a sweep always measures two rates
     assert "completed of 10 offered" in saturation(overloaded[:1], overloaded[1])
+
+
+def test_saturation_uses_steady_completions_not_the_drain():
+    """A long-output run under capacity completes fewer per second of total duration (the drain after the
+    last arrival counts), but its steady completion rate matches the offered rate."""
+    base = {"completed": 100, "failed": 0, "output_throughput": 1000.0, "p99_ttft_ms": 100.0}
+    draining = [{**base, "request_rate": 1.5, "request_throughput": 1.16, "steady_completion_rate": 1.47},
+                {**base, "request_rate": 2.0, "request_throughput": 1.53, "steady_completion_rate": 1.95,
+                 "output_throughput": 1300.0}]
+    assert saturation(draining[:1], draining[1]) is None
+    capped = [d | {"steady_completion_rate": 1.1} for d in draining]
+    assert "completed of 2 offered" in saturation(capped[:1], capped[1])
+
+
+def test_steady_completion_rate_from_records():
+    from llmbench.metrics import steady_completion_rate
+    from llmbench.records import RequestRecord
+
+    def rec(i: int, start: float, latency: float) -> RequestRecord:
+        r = RequestRecord(index=i, scheduled=start, prompt_len=10, expected_output_len=10)
+        r.start, r.end, r.success = start, start + latency, True
+        return r
+
+    stable = [rec(i, i * 0.5, 3.0) for i in range(200)]  # 2 req/s, every request takes 3 s
+    assert steady_completion_rate(stable, stable, [3.0] * 200) == pytest.approx(2.0, rel=0.03)
+    queued = [rec(i, i * 0.5, 1.0 + i * 0.25) for i in range(200)]  # served at 4/3 s: the queue grows
+    lat = [r.end - r.start for r in queued]
+    assert steady_completion_rate(queued, queued, lat) < 1.6

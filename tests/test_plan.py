@@ -127,3 +127,41 @@ def test_measured_plan_from_scripted_sweep(scripted, tmp_path, tiny_model):
     assert 'id="plan"' in page and "req/s per replica" in page
     r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--slo", "ttft=5ms"])
     assert r.exit_code == 1 and "not met even at the lowest measured rate 5 req/s" in r.output
+
+
+def test_fit_recovers_a_concave_decode_cost_and_extrapolates():
+    from llmbench.plan.fit import fit_steps
+
+    def truth(p, d, ps, ctx):
+        return 0.010 + 0.003 * np.log2(1 + d) + 0.0003 * p + 0.001 * ps + 2e-6 * ctx
+
+    rng = np.random.default_rng(0)
+    steps = []
+    for _ in range(2000):
+        d = int(rng.integers(0, 40))
+        p = int(rng.choice([0, 0, 0, int(rng.integers(1, 1500))]))
+        ps = int(p > 0) + int(p > 800)
+        ctx = int(d * rng.integers(50, 800))
+        steps.append({"step_seconds": truth(p, d, ps, ctx) * rng.normal(1, 0.02), "num_prefill_tokens": p,
+                      "num_decode_tokens": d, "num_seqs": d + ps, "num_context_tokens": ctx})
+    model = fit_steps(steps)
+    for p, d, ps, ctx in [(0, 1, 0, 300), (0, 12, 0, 5000), (500, 6, 1, 2000), (0, 50, 0, 20000)]:
+        got = model.step_time(p, d, ctx, 0, ps)
+        assert got == pytest.approx(truth(p, d, ps, ctx + p), rel=0.08), (p, d, got)
+    assert model.rel_error < 0.05
+
+
+def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
+    """The planner's simulator, calibrated on two measured rates, predicts two others (loose bounds: short
+    runs on a shared 2-core runner; benchmarks/plan_selfcheck.py holds the 15 % target)."""
+    from llmbench.plan.validate import self_check
+
+    out = tmp_path / "sweep"
+    r = CliRunner().invoke(main, ["sweep", "--model", str(tiny_model), "--rate", "4,8,12,16", "--duration", "10",
+                                  "--out", str(out), "--no-progress", "--seed", "0"])
+    assert r.exit_code == 0, r.output
+    rows = self_check(out, ["rate-4", "rate-12"], ["rate-8", "rate-16"])
+    for row in rows:
+        print(row)
+        assert abs(row["error_output_throughput"]) < 0.25
+        assert abs(row["error_p99_tpot_ms"]) < 0.6 and abs(row["error_p99_ttft_ms"]) < 1.0

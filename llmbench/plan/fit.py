@@ -1,5 +1,12 @@
-"""Step-time models fitted on measurements: the bundled engine's per-step statistics (a BLIS-style linear
-model in the step's token counts), weighted to minimise relative error as DistServe does."""
+"""Step-time models fitted on measurements: the bundled engine's per-step statistics, weighted to minimise
+relative error as DistServe does.
+
+t = f(decode sequences) + b_prefill·prefill tokens + b_prefill_seq·prefill sequences + b_context·K/V tokens
+attended. f is piecewise linear on knots 0, 1, 2, 4, 8, … (BLIS-style models use one slope; on this
+engine a decode step's cost is concave in the batch: 1 → 4 sequences costs more per sequence than
+16 → 32, because per-step work dominates small batches); beyond the largest calibrated batch f continues
+with its last slope.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +16,31 @@ from pathlib import Path
 
 import numpy as np
 
+KNOTS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
 
 @dataclass(frozen=True)
 class LinearStepModel:
-    """t = b0 + b_prefill·prefill_tokens + b_decode·decode_seqs + b_context·(K/V tokens attended)."""
-
-    b0: float
+    knots: tuple[float, ...]  # decode batch sizes
+    values: tuple[float, ...]  # f at each knot, seconds
     b_prefill: float
-    b_decode: float
+    b_prefill_seq: float
     b_context: float
     scale: float = 1.0  # uncertainty band: re-simulate with 1 ± the fit's relative error
     rel_error: float = 0.0  # median |residual| / t on the fitting data
 
+    def decode_cost(self, decode_seqs: float) -> float:
+        k, v = self.knots, self.values
+        if decode_seqs <= k[-1] or len(k) < 2:
+            return float(np.interp(decode_seqs, k, v))
+        slope = (v[-1] - v[-2]) / (k[-1] - k[-2])
+        return v[-1] + slope * (decode_seqs - k[-1])
+
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0) -> float:
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float:
         attended = context_tokens + cached_context + prefill_tokens
-        t = self.b0 + self.b_prefill * prefill_tokens + self.b_decode * decode_seqs + self.b_context * attended
+        t = (self.decode_cost(decode_seqs) + self.b_prefill * prefill_tokens + self.b_prefill_seq * prefill_seqs
+             + self.b_context * attended)
         return self.scale * t
 
     def scaled(self, factor: float) -> LinearStepModel:
@@ -38,17 +54,35 @@ def read_steps(folder: Path) -> list[dict]:
     return steps
 
 
+def _tents(decode: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """Interpolation weights of each decode count on the knots (columns), with linear extension past the
+    last knot."""
+    cols = np.zeros((len(decode), len(knots)))
+    for j in range(len(knots)):
+        basis = np.zeros(len(knots))
+        basis[j] = 1.0
+        cols[:, j] = np.interp(decode, knots, basis)
+    beyond = decode > knots[-1]
+    if beyond.any() and len(knots) > 1:
+        frac = (decode[beyond] - knots[-1]) / (knots[-1] - knots[-2])
+        cols[beyond, -1] = 1 + frac
+        cols[beyond, -2] = -frac
+    return cols
+
+
 def fit_steps(steps: list[dict]) -> LinearStepModel:
     rows = [s for s in steps if s["step_seconds"] > 0 and s["num_prefill_tokens"] + s["num_decode_tokens"] > 0]
     if len(rows) < 10:
         raise ValueError(f"only {len(rows)} engine steps recorded; need at least 10 to fit a step-time model")
     t = np.array([s["step_seconds"] for s in rows])
-    x = np.column_stack([
-        np.ones_like(t),
-        [s["num_prefill_tokens"] for s in rows],
-        [s["num_decode_tokens"] for s in rows],
-        [s.get("num_context_tokens", 0) for s in rows],
-    ]).astype(float)
+    decode = np.array([s["num_decode_tokens"] for s in rows], dtype=float)
+    prefill = np.array([s["num_prefill_tokens"] for s in rows], dtype=float)
+    prefill_seqs = np.array([max(s.get("num_seqs", 0) - s["num_decode_tokens"], int(s["num_prefill_tokens"] > 0))
+                             for s in rows], dtype=float)
+    context = np.array([s.get("num_context_tokens", 0) for s in rows], dtype=float)
+    top = decode.max()
+    knots = np.array([k for k in KNOTS if k < top] + [top]) if top > 0 else np.array([0.0])
+    x = np.column_stack([_tents(decode, knots), prefill, prefill_seqs, context])
     w = 1.0 / t
     active = list(range(x.shape[1]))
     coef = np.zeros(x.shape[1])
@@ -58,8 +92,12 @@ def fit_steps(steps: list[dict]) -> LinearStepModel:
             coef[active] = sol
             break
         active.pop(int(np.argmin(sol)))
+    nk = len(knots)
+    values = np.maximum.accumulate(coef[:nk])  # a larger batch never costs less
+    coef[:nk] = values
     rel = float(np.median(np.abs(x @ coef - t) / t))
-    return LinearStepModel(*coef, rel_error=rel)
+    return LinearStepModel(tuple(float(k) for k in knots), tuple(float(v) for v in values), float(coef[nk]),
+                           float(coef[nk + 1]), float(coef[nk + 2]), rel_error=rel)
 
 
 def fit_client_overhead(measured_ttft: np.ndarray, simulated_ttft: np.ndarray) -> float:

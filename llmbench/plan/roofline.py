@@ -34,9 +34,10 @@ class RooflineModel:
         return (self.gpu.fp8_flops if fp8 else self.gpu.bf16_flops) * self.tp
 
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0) -> float:
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float:
         """One engine step: `prefill_tokens` new prompt tokens (attending over `cached_context` earlier
-        tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total."""
+        tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total. (`prefill_seqs`
+        does not change a roofline's cost.)"""
         m = self.model
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:

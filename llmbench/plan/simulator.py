@@ -18,7 +18,7 @@ import numpy as np
 
 class StepModel(Protocol):
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0) -> float: ...
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -142,15 +142,16 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 now = max(now, pending[0].arrival)
                 continue
             break
-        prefill = decode = context = cached = 0
+        prefill = decode = context = cached = prefill_seqs = 0
         for r, n in batch:
             if r.computed >= r.prompt + r.generated - 1 and n == 1 and r.generated > 0:
                 decode += 1
                 context += r.computed + 1
             else:
                 prefill += n
+                prefill_seqs += 1
                 cached += r.computed
-        now += model.step_time(prefill, decode, context, cached)
+        now += model.step_time(prefill, decode, context, cached, prefill_seqs)
         for r, n in batch:
             r.computed += n
             if r.computed == r.prompt + r.generated:
