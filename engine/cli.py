@@ -44,6 +44,9 @@ import click
               help="auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
               show_default=True)
+@click.option("--k-scale-constant", default=200.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="fp8 KV without checkpoint scales: k_scale = amax|k| / this, on the first forward.")
+@click.option("--v-scale-constant", default=100.0, show_default=True, type=click.FloatRange(0, min_open=True))
 @click.option("--enforce-eager", is_flag=True, help="CUDA: do not capture decode steps in CUDA graphs.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--api-key", default=None, envvar="LLMBENCH_API_KEY", help="Require 'Authorization: Bearer KEY'.")

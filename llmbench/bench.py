@@ -98,6 +98,17 @@ def load_tokenizer(path: str | None, target: Target):
         raise BenchError(f"cannot load a tokenizer from {path}: {err}") from None
 
 
+def quantization_mode(config: dict | None) -> str:
+    """Weights and KV-cache format as the target reported them (the bundled engine's /version)."""
+    if not config:
+        return "not reported"
+    info = config.get("quantization_info") or {}
+    weights = config.get("quantization") or info.get("method") or config.get("dtype", "?")
+    if info:
+        weights += f" ({info['bits']}-bit, {info['path']} kernels)"
+    return f"weights {weights}, KV cache {config.get('kv_cache_dtype', 'auto')}"
+
+
 def label_for(rate: float, max_concurrency: int | None) -> str:
     base = "rate-inf" if math.isinf(rate) else f"rate-{rate:g}"
     return base + (f"-c{max_concurrency}" if max_concurrency else "")

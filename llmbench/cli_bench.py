@@ -16,6 +16,7 @@ from llmbench.bench import (
     load_tokenizer,
     open_target,
     plan_offsets,
+    quantization_mode,
     run_one,
     write_metadata,
     write_summary,
@@ -140,6 +141,9 @@ def execute(ctx: click.Context, opts: dict, rates: list[float], default_prompts:
                 tokenizer, tokenizer_id = load_tokenizer(opts["tokenizer"], target)
                 for w in caught:
                     click.echo(f"warning: {w.message}", err=True)
+            config = (target.server_info.get("version") or {}).get("config")
+            if config:
+                click.echo(f"target {target.base_url}: {quantization_mode(config)}")
             for rate in rates:
                 row = _one_rate(opts, target, tokenizer, tokenizer_id, ds_opts, rate, burstiness, num_prompts,
                                 duration, ignore_eos, goodput, percentiles, out_dir, rows)

@@ -223,3 +223,21 @@ def test_quality_on_the_small_model(small_model, tmp_path):
         rises[name] = p / p0 - 1
     print("perplexity rise vs fp32:", {k: f"{v:+.2%}" for k, v in rises.items()})
     assert rises["int8"] < 0.01 and rises["awq"] < 0.05
+
+
+def test_llmbench_quantize_command_writes_a_loadable_checkpoint(tiny_model, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "rtn"
+    proc = subprocess.run([sys.executable, "-m", "llmbench.cli", "quantize", str(tiny_model), "--method", "rtn",
+                           "--group-size", "64", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env=os.environ)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["llmbench_method"] == "rtn"
+    llm = LLM(out, kv_cache_memory=KV)
+    assert llm.runner.quant.method == "awq" and llm.runner.quant.group_size == 64
+    bad = subprocess.run([sys.executable, "-m", "llmbench.cli", "quantize", str(tiny_model), "--bits", "3",
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=300, env=os.environ)
+    assert bad.returncode != 0 and "--bits 3 is not supported" in bad.stderr

@@ -186,3 +186,13 @@ def test_spec_counters_in_metrics(tiny_model, tiny_draft):
     drafted = llm.stats.totals["num_draft_tokens"]
     assert f'vllm:spec_decode_num_draft_tokens_total{{model_name="tiny"}} {float(drafted)}' in text
     assert "vllm:spec_decode_num_accepted_tokens_total" in text
+
+
+def test_spec_decode_summary_from_scraped_counters():
+    from llmbench.scrape import spec_decode_summary
+
+    points = [{"t": 0.0, "spec_draft_tokens": 100.0, "spec_accepted_tokens": 40.0},
+              {"t": 1.0, "spec_draft_tokens": 300.0, "spec_accepted_tokens": 160.0}]
+    assert spec_decode_summary(points) == {"spec_draft_tokens": 200.0, "spec_accepted_tokens": 120.0,
+                                           "spec_acceptance_rate": 0.6}
+    assert spec_decode_summary([{"t": 0.0, "spec_draft_tokens": 5.0}] * 2) == {}  # no speculation: no columns

@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from llmbench import __version__
+from llmbench.bench import quantization_mode
 from llmbench.report import plots
 from llmbench.results import load_metadata, load_records, load_results, load_server_metrics
 
@@ -184,17 +185,6 @@ def _chunk_times(folder: Path, result: dict) -> list[list[float]]:
         except (json.JSONDecodeError, KeyError):
             continue
     return times
-
-
-def quantization_mode(config: dict | None) -> str:
-    """Weights and KV-cache format as the target reported them (the bundled engine's /version)."""
-    if not config:
-        return "not reported"
-    info = config.get("quantization_info") or {}
-    weights = config.get("quantization") or info.get("method") or config.get("dtype", "?")
-    if info:
-        weights += f" ({info['bits']}-bit, {info['path']} kernels)"
-    return f"weights {weights}, KV cache {config.get('kv_cache_dtype', 'auto')}"
 
 
 def _meta_rows(meta: dict, first: dict) -> list[tuple[str, str]]:
