@@ -12,6 +12,7 @@ import torch
 from engine import quantization
 from engine.config import EngineConfig
 from engine.layers.attention import AttentionMetadata
+from engine.layers.onednn_linear import pack_model
 from engine.loader import CheckpointError, ModelConfig, load_weights
 from engine.models.llama import LlamaForCausalLM
 from engine.scheduler import ScheduledBatch
@@ -57,6 +58,11 @@ class ModelRunner:
                                   "has no quantization_config saying how")
         self.quant = quantization.apply(self.model, method, config.quantization_group_size, qtensors, self.dtype,
                                         self.device, folder, config.quantization_kernel) if method else None
+        self.linear_path = "F.linear"
+        if self.device.type == "cpu" and self.dtype == torch.float32 and config.cpu_linear == "auto":
+            with torch.inference_mode():
+                self.linear_path = pack_model(self.model)
+            log.info("linear layers: %s", self.linear_path)
         self.kv_dtype = KV_DTYPES.get(config.kv_cache_dtype, self.dtype)
         for attn in self.model.attention_layers():
             attn.k_scale, attn.v_scale = attn.k_scale.float(), attn.v_scale.float()

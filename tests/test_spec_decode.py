@@ -27,7 +27,8 @@ def tiny_draft(tiny_model):
 def _prompts(n: int, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
     prompts = [[rng.randrange(3, 16000) for _ in range(rng.randint(1, 300))] for _ in range(n)]
-    return prompts + [[5, 6, 7, 8, 9] * 20, list(range(100, 140)) * 3]  # repetitive: n-gram hits
+    shared = [rng.randrange(3, 16000) for _ in range(48)]  # prefix-cache hits on blocks both pools computed
+    return prompts + [[5, 6, 7, 8, 9] * 20, list(range(100, 140)) * 3] + [shared + [i, i + 1] for i in (7, 8, 9)]
 
 
 @pytest.fixture(scope="module")

@@ -29,11 +29,13 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         flat.index_copy_(0, slot_mapping, x.to(flat.dtype))
 
 
-def load(x: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None) -> torch.Tensor:
-    """Cached K or V in the compute dtype (fp8 is dequantized with its per-layer scale)."""
-    if x.dtype in FP8:
-        return (x.to(torch.float32) * scale).to(dtype)
-    return x.to(dtype)
+def fp8_scales(cache: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
+               ) -> tuple[float, float]:
+    """An fp8 cache holds K/s_k and V/s_v. Rather than rescale every gathered page, s_k joins the softmax
+    scale (q·(s_k k) = s_k (q·k)) and s_v multiplies the output (P (s_v V) = s_v (P V))."""
+    if cache.dtype in FP8:
+        return float(k_scale), float(v_scale)
+    return 1.0, 1.0
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -53,21 +55,25 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
            v_scale: torch.Tensor | None = None) -> torch.Tensor:
     out = torch.empty_like(q)
     cu = meta.cu_q
+    ks, vs = fp8_scales(k_cache, k_scale, v_scale)
     if len(meta.decode_seqs):
         rows = meta.decode_token_rows
-        out[rows] = _decode(q[rows], k_cache, v_cache, meta, meta.decode_seqs, scale, k_scale, v_scale)
+        out[rows] = _decode(q[rows], k_cache, v_cache, meta, meta.decode_seqs, scale, ks, vs)
     for i in meta.prefill_seqs:
         s, e = cu[i], cu[i + 1]
         n, ctx = e - s, meta.context_lens[i]
         if ctx == n:
             kk, vv, mask, causal = k[s:e], v[s:e], None, True
         else:
-            kk = load(gather_kv(k_cache, meta.block_tables[i], ctx), q.dtype, k_scale)
-            vv = load(gather_kv(v_cache, meta.block_tables[i], ctx), q.dtype, v_scale)
+            kk = gather_kv(k_cache, meta.block_tables[i], ctx)
+            vv = gather_kv(v_cache, meta.block_tables[i], ctx)
             key_pos = torch.arange(ctx)
             query_pos = torch.arange(ctx - n, ctx)
             mask, causal = key_pos[None, :] <= query_pos[:, None], False
-        out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale)
+        if ctx == n:
+            out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale)
+        else:
+            out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale * ks) * vs
     return out
 
 
@@ -75,23 +81,21 @@ DECODE_BUCKET = 32
 
 
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-            rows: torch.Tensor, scale: float, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
-            ) -> torch.Tensor:
+            rows: torch.Tensor, scale: float, ks: float = 1.0, vs: float = 1.0) -> torch.Tensor:
     """One query per sequence: [B, H, D]. Sequences are sorted by context length and attended in buckets,
     so padding to the longest context stays small when lengths vary (ShareGPT)."""
     if len(rows) <= DECODE_BUCKET:
-        return _decode_bucket(q, k_cache, v_cache, meta, rows, scale, k_scale, v_scale)
+        return _decode_bucket(q, k_cache, v_cache, meta, rows, scale, ks, vs)
     order = torch.argsort(meta.seq_lens[rows])
     out = torch.empty_like(q)
     for start in range(0, len(rows), DECODE_BUCKET):
         idx = order[start : start + DECODE_BUCKET]
-        out[idx] = _decode_bucket(q[idx], k_cache, v_cache, meta, rows[idx], scale, k_scale, v_scale)
+        out[idx] = _decode_bucket(q[idx], k_cache, v_cache, meta, rows[idx], scale, ks, vs)
     return out
 
 
 def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                   rows: torch.Tensor, scale: float, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
-                   ) -> torch.Tensor:
+                   rows: torch.Tensor, scale: float, ks: float = 1.0, vs: float = 1.0) -> torch.Tensor:
     lens = meta.seq_lens[rows]
     bs = k_cache.shape[1]
     max_len = int(lens.max())
@@ -100,10 +104,10 @@ def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     vv = gather_blocks(v_cache, tables).flatten(1, 2)
     mask = (torch.arange(kk.shape[1])[None, :] < lens[:, None])[:, None, None, :]
     out = F.scaled_dot_product_attention(
-        q.unsqueeze(2), load(kk, q.dtype, k_scale).transpose(1, 2), load(vv, q.dtype, v_scale).transpose(1, 2),
-        attn_mask=mask, scale=scale, enable_gqa=True,
+        q.unsqueeze(2), kk.transpose(1, 2).to(q.dtype), vv.transpose(1, 2).to(q.dtype),
+        attn_mask=mask, scale=scale * ks, enable_gqa=True,
     )
-    return out.squeeze(2)
+    return out.squeeze(2) if vs == 1.0 else out.squeeze(2) * vs
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
