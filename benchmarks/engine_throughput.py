@@ -28,7 +28,6 @@ from llmbench.datasets import sharegpt  # noqa: E402
 from llmbench.modelbuild import build_model  # noqa: E402
 
 
-
 def fp32_ceiling() -> float:
     """This machine's fp32 matmul FLOP/s now: the faster of F.linear and a pre-packed oneDNN GEMM on 2048³
     (engine.md measured 175 GFLOP/s with F.linear on an AVX2-only VM)."""
