@@ -42,7 +42,7 @@ import click
               callback=lambda _c, _p, v: int(v))
 @click.option("--quantization-kernel", type=click.Choice(["auto", "packed", "dense"]), default="auto", show_default=True,
               help="auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
-@click.option("--cpu-linear", type=click.Choice(["auto", "torch"]), default="auto", show_default=True,
+@click.option("--cpu-linear", type=click.Choice(["auto", "torch", "onednn"]), default="auto", show_default=True,
               help="auto: fp32 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
               show_default=True)

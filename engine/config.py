@@ -32,7 +32,7 @@ class EngineConfig:
     quantization: str | None = None  # int8 | int4 (at load) | awq | gptq (pre-quantized checkpoints)
     quantization_group_size: int = 128  # int4
     quantization_kernel: Literal["auto", "packed", "dense"] = "auto"  # auto: the faster on this machine
-    cpu_linear: Literal["auto", "torch"] = "auto"  # auto: oneDNN-packed fp32 linears when faster here
+    cpu_linear: Literal["auto", "torch", "onednn"] = "auto"  # auto: oneDNN-packed fp32 linears when faster
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     k_scale_constant: float = 200.0  # fp8 KV scales computed on the first forward: amax / constant
     v_scale_constant: float = 100.0

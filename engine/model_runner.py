@@ -59,9 +59,9 @@ class ModelRunner:
         self.quant = quantization.apply(self.model, method, config.quantization_group_size, qtensors, self.dtype,
                                         self.device, folder, config.quantization_kernel) if method else None
         self.linear_path = "F.linear"
-        if self.device.type == "cpu" and self.dtype == torch.float32 and config.cpu_linear == "auto":
+        if self.device.type == "cpu" and self.dtype == torch.float32 and config.cpu_linear != "torch":
             with torch.inference_mode():
-                self.linear_path = pack_model(self.model)
+                self.linear_path = pack_model(self.model, force=config.cpu_linear == "onednn")
             log.info("linear layers: %s", self.linear_path)
         self.kv_dtype = KV_DTYPES.get(config.kv_cache_dtype, self.dtype)
         for attn in self.model.attention_layers():

@@ -47,8 +47,10 @@ MODES = {
 
 @pytest.mark.parametrize("mode", MODES)
 def test_greedy_matches_transformers(tiny_model, references, mode):
+    """Token for token, so the linears use the same F.linear kernels as transformers (cpu_linear="torch");
+    the oneDNN path is checked against it in test_onednn_linears_match_f_linear."""
     assert len(PROMPTS) >= 32
-    llm = LLM(tiny_model, **{"kv_cache_memory": 32 * 2**20, **MODES[mode]})
+    llm = LLM(tiny_model, **{"kv_cache_memory": 32 * 2**20, "cpu_linear": "torch", **MODES[mode]})
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True))
     got = [o.outputs[0].token_ids for o in outs]
     mismatched = [i for i, (g, r) in enumerate(zip(got, references, strict=True)) if g != r]
@@ -78,3 +80,16 @@ def test_bf16_logits_within_tolerance(tiny_model, hf_tiny):
     scale = exact.abs().max()
     assert (ours[0] - ref).abs().max() / scale < 0.05
     assert (ours[0] - exact).abs().max() / scale < 0.05
+
+
+def test_onednn_linears_match_f_linear(tiny_model):
+    from engine.perplexity import score
+
+    plain = LLM(tiny_model, kv_cache_memory=8 * 2**20, cpu_linear="torch")
+    packed = LLM(tiny_model, kv_cache_memory=8 * 2**20, cpu_linear="onednn")
+    assert packed.runner.linear_path.startswith("oneDNN") and plain.runner.linear_path == "F.linear"
+    windows = [p for p in PROMPTS if len(p) > 40][:4]
+    _, a = score(plain, windows)
+    _, b = score(packed, windows)
+    for x, y in zip(a, b, strict=True):
+        assert torch.allclose(x, y, rtol=1e-4, atol=1e-4 * float(x.abs().max()))

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 log = logging.getLogger(__name__)
+_DECIDED: dict[tuple[int, int], tuple[bool, str]] = {}  # one timing per shape per process: engines agree
 
 
 class OneDNNLinear(nn.Module):
@@ -39,9 +40,9 @@ def _time(fn, x: torch.Tensor) -> float:
     return (time.perf_counter() - t0) / 5
 
 
-def pack_model(model: nn.Module) -> str:
-    """Swap every plain fp32 nn.Linear (not a tied LM head) for OneDNNLinear if that is faster here;
-    return what was decided and why."""
+def pack_model(model: nn.Module, force: bool = False) -> str:
+    """Swap every plain fp32 nn.Linear (not a tied LM head) for OneDNNLinear if that is faster here (or
+    `force`); return what was decided and why."""
     if not torch.backends.mkldnn.is_available():
         return "F.linear (oneDNN not available)"
     linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
@@ -51,16 +52,20 @@ def pack_model(model: nn.Module) -> str:
         return "F.linear (no fp32 linear layers)"
     probe = max((child for *_, child in linears if child is not getattr(model, "lm_head", None)),
                 key=lambda m: m.weight.numel(), default=linears[0][2])
-    try:
-        packed = OneDNNLinear(probe)
-        with torch.inference_mode():
-            timings = {name: sum(_time(fn, torch.randn(rows, probe.in_features)) for rows in (1, 64))
-                       for name, fn in (("onednn", packed), ("torch", lambda x: F.linear(x, probe.weight)))}
-    except (RuntimeError, NotImplementedError) as err:
-        return f"F.linear (oneDNN packing failed: {str(err).splitlines()[0]})"
-    why = (f"oneDNN {timings['onednn'] * 1e3:.3f} ms vs F.linear {timings['torch'] * 1e3:.3f} ms on "
-           f"[{probe.out_features}x{probe.in_features}] (1 + 64 rows)")
-    if timings["onednn"] >= timings["torch"]:
+    key = (probe.out_features, probe.in_features)
+    if key not in _DECIDED:
+        try:
+            packed = OneDNNLinear(probe)
+            with torch.inference_mode():
+                timings = {name: sum(_time(fn, torch.randn(rows, probe.in_features)) for rows in (1, 64))
+                           for name, fn in (("onednn", packed), ("torch", lambda x: F.linear(x, probe.weight)))}
+        except (RuntimeError, NotImplementedError) as err:
+            return f"F.linear (oneDNN packing failed: {str(err).splitlines()[0]})"
+        _DECIDED[key] = (timings["onednn"] < timings["torch"],
+                         f"oneDNN {timings['onednn'] * 1e3:.3f} ms vs F.linear {timings['torch'] * 1e3:.3f} ms on "
+                         f"[{probe.out_features}x{probe.in_features}] (1 + 64 rows)")
+    faster, why = _DECIDED[key]
+    if not faster and not force:
         return f"F.linear ({why})"
     for parent, name, child in linears:
         setattr(parent, name, OneDNNLinear(child))

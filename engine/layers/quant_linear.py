@@ -22,6 +22,7 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 INNER_K_TILES = 2
+_DECIDED: dict[tuple, tuple[str, str]] = {}  # one timing per shape per process: engines agree
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,6 +104,14 @@ def choose_path(q: torch.Tensor, z: torch.Tensor | None, s: torch.Tensor, dtype:
                 device: torch.device) -> tuple[str, str]:
     """Time packed against dense on this layer's shape (one decode row and a 64-token chunk); return the
     faster path and the figures behind the choice."""
+    key = (tuple(q.shape), z is None, dtype, device.type)
+    if key not in _DECIDED:
+        _DECIDED[key] = _time_paths(q, z, s, dtype, device)
+    return _DECIDED[key]
+
+
+def _time_paths(q: torch.Tensor, z: torch.Tensor | None, s: torch.Tensor, dtype: torch.dtype,
+                device: torch.device) -> tuple[str, str]:
     dense = QuantLinear(q, z, s, None, dtype, "dense")
     try:
         packed = QuantLinear(q, z, s, None, dtype, "packed")
