@@ -13,7 +13,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig, SamplingParams
 from engine.detokenizer import DetokState, detokenize_step
 from engine.loader import read_config
-from engine.model_runner import Chunk, ModelRunner
+from engine.model_runner import ModelRunner
 from engine.rejection_sampler import verify
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
@@ -132,20 +132,11 @@ class LLM:
         batch = self.scheduler.schedule()
         if not batch:
             return []
-        proposals = self.spec.propose(batch) if self.spec else {}
-        chunks, sampled = [], []
-        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens, strict=True)):
-            start = seq.num_computed_tokens
-            last = start + n == seq.num_tokens
-            guesses = proposals[i].tokens if i in proposals else []
-            chunks.append(Chunk(seq.token_ids[start : start + n] + guesses, start, seq.block_table,
-                                (1 + len(guesses)) * last))
-            if last:
-                sampled.append(i)
-        self.runner.copy_blocks(batch.copies)
+        proposals = {}
         if self.spec:
-            self.spec.copy_blocks(batch.copies)
-        logits = self.runner.forward(chunks)
+            self.spec.copy_blocks(batch.copies)  # before the draft writes into the copied blocks
+            proposals = self.spec.propose(batch)
+        logits, sampled = self.runner.execute(batch, {i: p.tokens for i, p in proposals.items()})
         context = sum(s.num_computed_tokens + n for s, n in zip(batch.seqs, batch.num_tokens, strict=True))
         num_decode = sum(1 for seq, n in zip(batch.seqs, batch.num_tokens, strict=True)
                          if n == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens)
@@ -154,7 +145,7 @@ class LLM:
             self.block_manager.register_computed(seq)
         plain, plain_rows, speculated, row = [], [], [], 0
         for i in sampled:
-            width = len(chunks[i].token_ids) - batch.num_tokens[i] + 1
+            width = 1 + len(proposals[i].tokens) if i in proposals else 1
             if i in proposals:
                 speculated.append((batch.seqs[i], proposals[i], logits[row : row + width]))
             else:
@@ -163,7 +154,7 @@ class LLM:
             row += width
         now = time.time()
         changed: dict[str, _Request] = {}
-        plain, plain_logits = self._fork(plain, logits[plain_rows])
+        plain, plain_logits = self._fork(plain, logits[plain_rows] if speculated else logits)
         tokens = sampler.sample(plain_logits, plain, self.eos_token_ids)
         logprobs = sampler.top_logprobs(plain_logits, tokens, plain)
         for seq, token, lp in zip(plain, tokens, logprobs, strict=True):

@@ -119,14 +119,19 @@ class ModelRunner:
         for src, dst in copies:
             self.kv_cache[:, :, dst].copy_(self.kv_cache[:, :, src])
 
-    def execute(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int]]:
+    def execute(self, batch: ScheduledBatch, guesses: dict[int, list[int]] | None = None
+                ) -> tuple[torch.Tensor, list[int]]:
         """Run the batch; return logits of the sequences whose chunk reaches their last token, and their
-        positions in the batch."""
+        positions in the batch. `guesses[i]` (speculative tokens) follow sequence i's last token and get a
+        logits row each, after the row of the last token."""
+        guesses = guesses or {}
         chunks, sampled = [], []
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens, strict=True)):
             start = seq.num_computed_tokens
             last = start + n == seq.num_tokens
-            chunks.append(Chunk(seq.token_ids[start : start + n], start, seq.block_table, int(last)))
+            extra = guesses.get(i, [])
+            chunks.append(Chunk(seq.token_ids[start : start + n] + extra, start, seq.block_table,
+                                (1 + len(extra)) * last))
             if last:
                 sampled.append(i)
         self.copy_blocks(batch.copies)

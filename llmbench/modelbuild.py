@@ -8,6 +8,7 @@ deterministically: the same seed gives byte-identical files. It is a real Huggin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -172,9 +173,7 @@ def build_model(size: str = "small", out: Path | str | None = None, force: bool 
         return build_layer_skip_draft(build_model(target), out, keep)
     from safetensors.torch import save_file
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with _staged(out) as tmp:
         _tokenizer_into(tmp)
         config = model_config(SIZES[size], tmp)
         _write_json(tmp / "config.json", config)
@@ -188,12 +187,21 @@ def build_model(size: str = "small", out: Path | str | None = None, force: bool 
             },
         )
         save_file(random_weights(config), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@contextlib.contextmanager
+def _staged(out: Path) -> Iterator[Path]:
+    """A scratch folder beside `out` that replaces it only if the block completes (no half-built model)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        yield tmp
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _shape_matches(folder: Path, size: str) -> bool:
@@ -220,18 +228,11 @@ def build_layer_skip_draft(source: Path, out: Path, keep_layers: int) -> Path:
     weights = load_file(str(source / "model.safetensors"))
     kept = {name: w for name, w in weights.items()
             if not name.startswith("model.layers.") or int(name.split(".")[2]) < keep_layers}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with _staged(out) as tmp:
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
             shutil.copyfile(source / name, tmp / name)
         _write_json(tmp / "config.json", config | {"num_hidden_layers": keep_layers})
         save_file(kept, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

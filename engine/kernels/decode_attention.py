@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.paged_attention import attend_block
+
 
 @triton.jit
 def _decode_split(
@@ -48,20 +50,9 @@ def _decode_split(
         kpos = j * BLOCK_SIZE + slots
         offs = block * stride_cb + slots[:, None] * stride_cs + kvh * stride_ch + d[None, :]
         kv_mask = (kpos < end)[:, None] & dmask[None, :]
-        k = tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
-        if FP8:
-            k = k.to(tl.float32) * tl.load(k_scale_ptr)
-            v = v.to(tl.float32) * tl.load(v_scale_ptr)
-        s = tl.dot(q, tl.trans(k.to(q.dtype))).to(tl.float32) * scale
-        s = tl.where((kpos >= start)[None, :] & (kpos < end)[None, :] & hmask[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype)).to(tl.float32)
-        m_i = m_new
+        allowed = (kpos >= start)[None, :] & (kpos < end)[None, :] & hmask[:, None]
+        m_i, l_i, acc = attend_block(q, k_cache_ptr, v_cache_ptr, offs, kv_mask, allowed, k_scale_ptr, v_scale_ptr,
+                                     scale, m_i, l_i, acc, FP8)
     part = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(tl.where(l_i == 0.0, 1.0, l_i)))
     tl.store(part_ptr + b * stride_pb + head[:, None] * stride_ph + split * stride_ps + d[None, :], part,

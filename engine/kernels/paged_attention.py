@@ -16,6 +16,27 @@ import triton.language as tl
 
 
 @triton.jit
+def attend_block(q, k_cache_ptr, v_cache_ptr, offs, kv_mask, allowed, k_scale_ptr, v_scale_ptr, scale, m_i, l_i,
+                 acc, FP8: tl.constexpr):
+    """One K/V block of the online softmax: load (dequantizing fp8), score the `allowed` pairs, rescale the
+    running max, sum and accumulator. Shared by the unified and the split-KV decode kernels."""
+    k = tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0)
+    v = tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
+    if FP8:
+        k = k.to(tl.float32) * tl.load(k_scale_ptr)
+        v = v.to(tl.float32) * tl.load(v_scale_ptr)
+    s = tl.dot(q, tl.trans(k.to(q.dtype))).to(tl.float32) * scale
+    s = tl.where(allowed, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp(s - m_safe[:, None])
+    alpha = tl.exp(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype)).to(tl.float32)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _unified_attention(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, seq_lens_ptr, cu_q_ptr, tile_seq_ptr,
     tile_start_ptr, k_scale_ptr, v_scale_ptr, scale,
@@ -52,20 +73,9 @@ def _unified_attention(
         kpos = j * BLOCK_SIZE + slots
         offs = block * stride_cb + slots[:, None] * stride_cs + kvh * stride_ch + d[None, :]
         kv_mask = (kpos < kv_len)[:, None] & dmask[None, :]
-        k = tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
-        if FP8:
-            k = k.to(tl.float32) * tl.load(k_scale_ptr)
-            v = v.to(tl.float32) * tl.load(v_scale_ptr)
-        s = tl.dot(q, tl.trans(k.to(q.dtype))).to(tl.float32) * scale
-        s = tl.where((kpos[None, :] <= qpos[:, None]) & valid[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype)).to(tl.float32)
-        m_i = m_new
+        allowed = (kpos[None, :] <= qpos[:, None]) & valid[:, None]
+        m_i, l_i, acc = attend_block(q, k_cache_ptr, v_cache_ptr, offs, kv_mask, allowed, k_scale_ptr, v_scale_ptr,
+                                     scale, m_i, l_i, acc, FP8)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=valid[:, None] & dmask[None, :])
