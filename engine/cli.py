@@ -44,6 +44,8 @@ import click
               help="auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
 @click.option("--cpu-linear", type=click.Choice(["auto", "torch", "onednn"]), default="auto", show_default=True,
               help="auto: fp32 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
+@click.option("--cpu-attention", type=click.Choice(["auto", "sdpa", "cpp"]), default="auto", show_default=True,
+              help="CPU decode attention: the C++ paged kernel (built on first use) or gather + SDPA.")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]), default="auto",
               show_default=True)
 @click.option("--k-scale-constant", default=200.0, show_default=True, type=click.FloatRange(0, min_open=True),

@@ -33,6 +33,7 @@ class EngineConfig:
     quantization_group_size: int = 128  # int4
     quantization_kernel: Literal["auto", "packed", "dense"] = "auto"  # auto: the faster on this machine
     cpu_linear: Literal["auto", "torch", "onednn"] = "auto"  # auto: oneDNN-packed fp32 linears when faster
+    cpu_attention: Literal["auto", "sdpa", "cpp"] = "auto"  # CPU decodes; auto: the C++ paged kernel if it builds
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     k_scale_constant: float = 200.0  # fp8 KV scales computed on the first forward: amax / constant
     v_scale_constant: float = 100.0
@@ -55,6 +56,8 @@ class EngineConfig:
             (self.quantization_group_size in (32, 64, 128, 256), "quantization_group_size must be 32, 64, 128 or 256"),
             (self.quantization_kernel in ("auto", "packed", "dense"),
              f"unknown quantization_kernel {self.quantization_kernel!r} (auto, packed, dense)"),
+            (self.cpu_attention in ("auto", "sdpa", "cpp"),
+             f"unknown cpu_attention {self.cpu_attention!r} (auto, sdpa, cpp)"),
             (self.kv_cache_dtype in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
              f"unknown kv_cache_dtype {self.kv_cache_dtype!r} (auto, fp8, fp8_e4m3, fp8_e5m2)"),
             (1 <= self.prompt_lookup_min <= self.prompt_lookup_max,

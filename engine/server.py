@@ -235,7 +235,8 @@ async def version(request: web.Request) -> web.Response:
                                    "kv_cache_torch_dtype": str(llm.runner.kv_dtype).removeprefix("torch."),
                                    "quantization_info": asdict(llm.runner.quant) if llm.runner.quant else None,
                                    "weight_bytes": llm.runner.weight_bytes(),
-                                   "linear_path": llm.runner.linear_path}
+                                   "linear_path": llm.runner.linear_path,
+                                   "decode_attention": llm.runner.decode_attention}
     return web.json_response({"version": engine.__version__, "engine": "llmbench-engine",
                               "model": str(llm.model_path), "config": config})
 

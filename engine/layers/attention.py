@@ -26,6 +26,7 @@ class AttentionMetadata:
     decode_seqs: torch.Tensor  # indices of sequences with one query token, batched together
     decode_token_rows: torch.Tensor  # their rows in the flat batch
     prefill_seqs: list[int]  # the others, attended one by one
+    decode_kernel: str = "sdpa"  # torch backend on the CPU: "cpp" = the C++ paged decode kernel
     cache: dict = field(default_factory=dict)  # per-step values a backend derives once for all layers
 
 

@@ -41,7 +41,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))
 
 
 class LlamaDecoderLayer(nn.Module):

@@ -1,0 +1,203 @@
+// Paged decode attention for the CPU: one query token per sequence, K/V read in place through the block table.
+//
+// One task per sequence. Each block is read whole (every KV head's rows are contiguous in it), once for K and
+// once for V, straight from the pool: no gathered copy, no padding to the longest context. The G = H / KVH
+// query heads that share a KV head are scored together. Two passes: logits for all positions, softmax, then
+// the weighted sum of V rows.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int W = 16;  // floats per vector: one AVX-512 register, two AVX2 ones
+typedef float vf __attribute__((vector_size(W * sizeof(float))));
+
+template <typename T>
+inline vf load_vec(const T* p) {
+  vf r;
+  for (int i = 0; i < W; ++i) r[i] = static_cast<float>(p[i]);
+  return r;
+}
+
+template <>
+inline vf load_vec<float>(const float* p) {
+  vf r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+}
+
+inline float hsum(vf v) {
+  float s = 0.f;
+  for (int i = 0; i < W; ++i) s += v[i];
+  return s;
+}
+
+// Blocks are scattered over the pool, so the hardware prefetcher cannot see the next one coming: while a
+// block is read, its successor is requested a row at a time (1.6x faster than not asking, measured here on a
+// pool larger than the cache; asking for the whole block at once gained less).
+template <typename T>
+inline void prefetch(const T* p, int64_t elements) {
+  for (int64_t off = 0; off < elements; off += 64 / sizeof(T)) __builtin_prefetch(p + off);
+}
+
+// Logits of NG query heads (rows of q, pre-scaled) for the n tokens of one block of one KV head:
+// s[g * stride + j] = q[g] . k[j]. Token j's K row starts at k + j * row.
+template <int NG, typename T>
+inline void score_block(const float* q, const T* k, int64_t n, int64_t row, int64_t dim, float* s, int64_t stride,
+                        const T* next) {
+  for (int64_t j = 0; j < n; ++j, k += row) {
+    if (next) prefetch(next + j * row, dim);
+    vf acc[NG] = {};
+    for (int64_t c = 0; c < dim; c += W) {
+      const vf kc = load_vec(k + c);
+      for (int g = 0; g < NG; ++g) acc[g] += load_vec(q + g * dim + c) * kc;
+    }
+    for (int g = 0; g < NG; ++g) s[g * stride + j] = hsum(acc[g]);
+  }
+}
+
+// out[g] += sum_j p[g * stride + j] * v[j] for the n tokens of one block, one 16-float slice at a time so
+// the sums stay in registers.
+template <int NG, typename T>
+inline void accumulate_block(const float* p, const T* v, int64_t n, int64_t row, int64_t dim, int64_t stride,
+                             float* out, const T* next) {
+  if (next)
+    for (int64_t j = 0; j < n; ++j) prefetch(next + j * row, dim);
+  for (int64_t c = 0; c < dim; c += W) {
+    vf acc[NG];
+    for (int g = 0; g < NG; ++g) acc[g] = load_vec(out + g * dim + c);
+    const T* vt = v + c;
+    for (int64_t j = 0; j < n; ++j, vt += row) {
+      const vf vc = load_vec(vt);
+      for (int g = 0; g < NG; ++g) acc[g] += p[g * stride + j] * vc;
+    }
+    for (int g = 0; g < NG; ++g) std::memcpy(out + g * dim + c, &acc[g], sizeof(vf));
+  }
+}
+
+constexpr int MAX_GROUP = 4;  // query heads per KV head kept in registers at once; larger groups take turns
+
+// Calls f.template operator()<NG>(first query head, KV head) for every (KV head, group of <= 4 query heads).
+template <typename F>
+inline void for_head_groups(int64_t kv_heads, int64_t group, F&& f) {
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t g0 = 0; g0 < group; g0 += MAX_GROUP) {
+      const int64_t first = h * group + g0;
+      switch (std::min<int64_t>(MAX_GROUP, group - g0)) {
+        case 1: f.template operator()<1>(first, h); break;
+        case 2: f.template operator()<2>(first, h); break;
+        case 3: f.template operator()<3>(first, h); break;
+        default: f.template operator()<4>(first, h); break;
+      }
+    }
+  }
+}
+
+// All heads of one sequence: each block (every KV head's rows, contiguous) is read once for K and once for V.
+template <typename T>
+void attend_sequence(const float* q, const T* k_cache, const T* v_cache, const int32_t* table, int64_t len,
+                     int64_t block_size, int64_t heads, int64_t kv_heads, int64_t dim, float v_scale, float* scores,
+                     float* out) {
+  const int64_t group = heads / kv_heads, row = kv_heads * dim, block = block_size * row;
+  const int64_t num_blocks = (len + block_size - 1) / block_size;
+  auto tokens = [&](int64_t i) { return std::min(block_size, len - i * block_size); };
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const T* next = i + 1 < num_blocks ? k_cache + int64_t(table[i + 1]) * block : nullptr;
+    const T* kb = k_cache + int64_t(table[i]) * block;
+    const int64_t n = tokens(i);
+    for_head_groups(kv_heads, group, [&]<int NG>(int64_t first, int64_t h) {
+      score_block<NG>(q + first * dim, kb + h * dim, n, row, dim, scores + first * len + i * block_size, len,
+                      next ? next + h * dim : nullptr);
+    });
+  }
+  std::vector<float> norm(heads);
+  for (int64_t hq = 0; hq < heads; ++hq) {
+    float* s = scores + hq * len;
+    const float m = *std::max_element(s, s + len);
+    float sum = 0.f;
+    for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - m));
+    norm[hq] = v_scale / sum;
+  }
+  std::fill(out, out + heads * dim, 0.f);
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const T* next = i + 1 < num_blocks ? v_cache + int64_t(table[i + 1]) * block : nullptr;
+    const T* vb = v_cache + int64_t(table[i]) * block;
+    const int64_t n = tokens(i);
+    for_head_groups(kv_heads, group, [&]<int NG>(int64_t first, int64_t h) {
+      accumulate_block<NG>(scores + first * len + i * block_size, vb + h * dim, n, row, dim, len, out + first * dim,
+                          next ? next + h * dim : nullptr);
+    });
+  }
+  for (int64_t hq = 0; hq < heads; ++hq)
+    for (int64_t d = 0; d < dim; ++d) out[hq * dim + d] *= norm[hq];
+}
+
+template <typename T>
+void decode(const float* q, const T* k_cache, const T* v_cache, const int32_t* tables, const int32_t* lens,
+            float* out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
+            int64_t table_width, float v_scale) {
+  // Contexts differ by 100x in a ShareGPT batch: hand out sequences one at a time, not in equal slices.
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < batch; ++b) {
+      scores.resize(heads * lens[b]);
+      attend_sequence<T>(q + b * heads * dim, k_cache, v_cache, tables + b * table_width, lens[b], block_size,
+                         heads, kv_heads, dim, v_scale, scores.data(), out + b * heads * dim);
+    }
+  }
+}
+
+// q: [B, H, D] float32; k_cache, v_cache: [num_blocks, block_size, KVH, D]; block_tables: [B, W] int32;
+// seq_lens: [B] int32 (>= 1). Returns [B, H, D] float32. An fp8 cache holds K/k_scale and V/v_scale: the
+// caller folds k_scale into `scale`, and v_scale multiplies the output.
+at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale, double v_scale) {
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "q: contiguous float32 [B, H, D]");
+  TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
+                  k_cache.scalar_type() == v_cache.scalar_type() && k_cache.sizes() == v_cache.sizes(),
+              "k_cache/v_cache: contiguous [num_blocks, block_size, KVH, D] of one dtype");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.is_contiguous() && block_tables.dim() == 2,
+              "block_tables: contiguous int32 [B, W]");
+  TORCH_CHECK(seq_lens.scalar_type() == at::kInt && seq_lens.is_contiguous(), "seq_lens: contiguous int32 [B]");
+  const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = k_cache.size(2);
+  TORCH_CHECK(k_cache.size(3) == dim && heads % kv_heads == 0, "head_dim or head counts do not match the cache");
+  TORCH_CHECK(block_tables.size(0) == batch && seq_lens.size(0) == batch, "one block table and length per query");
+  TORCH_CHECK(dim % W == 0, "head_dim must be a multiple of ", W);
+  const auto qs = q * scale;
+  auto out = at::empty_like(q);
+  const auto block_size = k_cache.size(1), width = block_tables.size(1);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    decode<T>(qs.data_ptr<float>(), static_cast<const T*>(k_cache.const_data_ptr()),
+              static_cast<const T*>(v_cache.const_data_ptr()), block_tables.data_ptr<int32_t>(),
+              seq_lens.data_ptr<int32_t>(), out.data_ptr<float>(), batch, heads, kv_heads, dim, block_size, width,
+              static_cast<float>(v_scale));
+  };
+  switch (k_cache.scalar_type()) {
+    case at::kFloat: run(float{}); break;
+    case at::kBFloat16: run(c10::BFloat16{}); break;
+    case at::kHalf: run(c10::Half{}); break;
+    case at::kFloat8_e4m3fn: run(c10::Float8_e4m3fn{}); break;
+    case at::kFloat8_e5m2: run(c10::Float8_e5m2{}); break;
+    default: TORCH_CHECK(false, "unsupported KV cache dtype ", k_cache.scalar_type());
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(llmbench_cpu, m) {
+  m.def("paged_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor seq_lens, float scale, "
+        "float v_scale) -> Tensor");
+  m.impl("paged_decode", c10::DispatchKey::CPU, TORCH_FN(paged_decode));
+}
