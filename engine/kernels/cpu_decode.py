@@ -10,6 +10,7 @@ where that fails the engine keeps the gather + SDPA path and says why.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -24,7 +25,11 @@ def available() -> bool:
     """Build (once per process; the compiled library is cached across processes) and load the kernel."""
     if "ok" not in _STATE:
         try:
+            import ninja  # the PyPI package; its binary may not be on PATH when the venv is not activated
             from torch.utils import cpp_extension
+
+            if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
             capability = torch.backends.cpu.get_cpu_capability().lower()
             cpp_extension.load(name=f"llmbench_cpu_attention_{capability}", sources=[str(SOURCE)],
