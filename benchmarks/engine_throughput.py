@@ -57,6 +57,8 @@ def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
 def run_engine(model_dir: Path, reqs, **config) -> float:
     config = {"kv_cache_memory": 4 * 2**30, **config}
     llm = LLM(model_dir, max_model_len=2048, **config)
+    print(f"engine {config}: linears {llm.runner.linear_path.split(' (')[0]}, decode attention "
+          f"{llm.runner.decode_attention}", flush=True)
     llm.generate([reqs[0][0]], SamplingParams(temperature=0, max_tokens=4))
     params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
     t0 = time.perf_counter()
@@ -141,8 +143,10 @@ def flops(model_dir: Path, reqs) -> float:
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", default="float32", show_default=True)
 @click.option("--kv-cache-memory", default=4 * 2**30, show_default=True, type=int)
+@click.option("--sdpa-ablation/--no-sdpa-ablation", default=True, show_default=True,
+              help="CPU: also run continuous batching with gather + SDPA decodes instead of the C++ kernel.")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
-         model_size: str, device: str, dtype: str, kv_cache_memory: int) -> None:
+         model_size: str, device: str, dtype: str, kv_cache_memory: int, sdpa_ablation: bool) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
     reqs = sample(model_dir, num_prompts, seed)
@@ -151,6 +155,10 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory}
     runs: dict[str, float] = {}
     runs["engine continuous"] = run_engine(model_dir, reqs, max_num_seqs=256, max_num_batched_tokens=2048, **where)
+    if device == "cpu" and sdpa_ablation:
+        runs["engine continuous, SDPA decode"] = run_engine(model_dir, reqs, max_num_seqs=256,
+                                                            max_num_batched_tokens=2048, cpu_attention="sdpa",
+                                                            **where)
     for bs in (int(b) for b in static_batch_sizes.split(",") if b):
         runs[f"engine static (batch {bs})"] = run_engine(model_dir, reqs, batching="static", max_num_seqs=bs,
                                                          max_num_batched_tokens=2048, **where)
@@ -181,6 +189,8 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     for name, t in runs.items():
         if name.startswith("engine static"):
             print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 2)")
+    if "engine continuous, SDPA decode" in runs:
+        print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
     if best_hf:
         print(f"continuous / best transformers: {best_hf / cont:.2f}× (target ≥ 3)")
     if vllm_python:
