@@ -56,7 +56,8 @@ class _Request:
     params: SamplingParams
     seqs: list[Sequence]
     detok: dict[int, DetokState] = field(default_factory=dict)
-    emitted: dict[int, int] = field(default_factory=dict)  # index -> output tokens already reported
+    shown_tokens: dict[int, int] = field(default_factory=dict)  # seq index -> output tokens already reported
+    shown_chars: dict[int, int] = field(default_factory=dict)  # seq index -> characters of text already reported
 
 
 class LLM:
@@ -272,16 +273,16 @@ class LLM:
         outputs = []
         for seq in sorted(req.seqs, key=lambda s: s.index):
             state = req.detok.get(seq.index, DetokState())
-            shown = req.emitted.get(seq.index, 0)
-            text_shown = req.emitted.get(-1 - seq.index, 0)
+            shown = req.shown_tokens.get(seq.index, 0)
+            text_shown = req.shown_chars.get(seq.index, 0)
             outputs.append(CompletionOutput(
                 index=seq.index, text=state.text, token_ids=seq.output_token_ids,
                 new_text=state.text[text_shown:], new_token_ids=seq.output_token_ids[shown:],
                 finish_reason=seq.finish_reason, stop_reason=seq.stop_reason,
                 logprobs=seq.logprobs if seq.params.logprobs is not None else None,
             ))
-            req.emitted[seq.index] = seq.num_output_tokens
-            req.emitted[-1 - seq.index] = len(state.text)
+            req.shown_tokens[seq.index] = seq.num_output_tokens
+            req.shown_chars[seq.index] = len(state.text)
         seqs = req.seqs
         finished = len(seqs) == req.params.n and all(s.is_finished for s in seqs)
         if finished:

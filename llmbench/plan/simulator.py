@@ -34,11 +34,17 @@ class EngineShape:
 @dataclass
 class SimResult:
     ttft: np.ndarray  # seconds, per request
-    tpot: np.ndarray  # seconds, requests with more than one output token
+    tpot_all: np.ndarray  # seconds, per request; 0 where a single token was generated (no TPOT to miss)
+    multi_token: np.ndarray  # per request: more than one output token
     e2el: np.ndarray
     output_tokens: int
     duration: float
     preemptions: int
+
+    @property
+    def tpot(self) -> np.ndarray:
+        """TPOT as vLLM reports it: only requests with more than one output token."""
+        return self.tpot_all[self.multi_token]
 
     def summary(self) -> dict:
         def pct(values, p):
@@ -54,11 +60,8 @@ class SimResult:
         if slo_ttft_ms is not None:
             ok &= self.ttft * 1000 <= slo_ttft_ms
         if slo_tpot_ms is not None:
-            tpot_all = self._tpot_all
-            ok &= tpot_all * 1000 <= slo_tpot_ms
+            ok &= self.tpot_all * 1000 <= slo_tpot_ms
         return float(ok.mean()) if len(ok) else 0.0
-
-    _tpot_all: np.ndarray = None  # per request, 0 where a single token was generated
 
 
 class _Req:
@@ -171,8 +174,6 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
     ttft = np.array([r.first - r.arrival + shape.client_overhead for r in done])
     e2el = np.array([r.finish - r.arrival + shape.client_overhead for r in done])
     tpot_all = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else 0.0 for r in done])
-    tpot = np.array([t for r, t in zip(done, tpot_all, strict=True) if r.output > 1])
+    multi = np.array([r.output > 1 for r in done], dtype=bool)
     start = min((r.arrival for r in reqs), default=0.0)
-    result = SimResult(ttft, tpot, e2el, sum(r.output for r in done), max(now - start, 1e-9), preemptions)
-    result._tpot_all = tpot_all
-    return result
+    return SimResult(ttft, tpot_all, multi, e2el, sum(r.output for r in done), max(now - start, 1e-9), preemptions)
