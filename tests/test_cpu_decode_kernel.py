@@ -83,6 +83,12 @@ def test_bad_input_is_refused():
     q, k, v, kc, vc, meta = make_batch(DECODES[:2], 4, 2, 16, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match="one block table"):
         cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables[:1], meta.seq_lens, 0.1)
+    with pytest.raises(RuntimeError, match="outside the pool"):
+        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables + kc.shape[0], meta.seq_lens, 0.1)
+    with pytest.raises(RuntimeError, match="needs 1 to"):
+        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables, meta.seq_lens * 0, 0.1)
+    with pytest.raises(RuntimeError, match="needs 1 to"):
+        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables[:, :1], meta.seq_lens + 100, 0.1)
 
 
 def test_engine_greedy_tokens_equal_on_both_paths(tiny_model):

