@@ -22,6 +22,22 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 KV_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
+def huge_pages(t: torch.Tensor) -> bool:
+    """Ask Linux to back a large CPU tensor with 2 MiB pages (before it is first touched). Decode attention reads
+    blocks scattered over the whole pool; with 4 KiB pages nearly every block costs TLB misses."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        page = 2 * 2**20
+        start = (t.data_ptr() + page - 1) // page * page
+        end = (t.data_ptr() + t.numel() * t.element_size()) // page * page
+        madv_hugepage = 14
+        return end > start and libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), madv_hugepage) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def resolve_backend(name: str, device: torch.device) -> str:
     if name == "auto":
         return "triton" if device.type == "cuda" else "torch"
@@ -73,7 +89,10 @@ class ModelRunner:
         self.num_blocks = num_blocks or self._count_blocks()
         shape = (2, model_cfg.num_layers, self.num_blocks, self.block_size, model_cfg.num_kv_heads,
                  model_cfg.head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
+        self.kv_cache = torch.empty(shape, dtype=self.kv_dtype, device=self.device)
+        if self.device.type == "cpu":
+            huge_pages(self.kv_cache)
+        self.kv_cache.zero_()
         for i, attn in enumerate(self.model.attention_layers()):
             attn.k_cache, attn.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
         log.info("KV cache: %d blocks of %d tokens (%.1f MiB, %s), attention backend %s", self.num_blocks,
