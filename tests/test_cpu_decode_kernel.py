@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,18 @@ def test_kv_pool_is_backed_by_huge_pages():
     pool.zero_()
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16384 // 4
     assert not huge_pages(torch.empty(1000))  # smaller than one huge page: nothing to ask for
+
+
+def test_a_lock_left_by_a_killed_build_is_cleared(tmp_path, monkeypatch):
+    """A build lock older than any build (its process was killed) must not make every later engine wait."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = cpu_decode.build_directory() / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    old = time.time() - 2 * cpu_decode.STALE_LOCK_SECONDS
+    os.utime(lock, (old, old))
+    code = "from engine.kernels import cpu_decode as c; print(c.available(), c.status())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout.startswith("True"), proc.stdout + proc.stderr[-2000:]
+    assert (cpu_decode.build_directory() / f"{cpu_decode.build_directory().name}.so").exists()

@@ -3,14 +3,17 @@
 Gathering pages into a padded tensor and calling SDPA reads every cached K/V row three times (gather,
 write, SDPA) and pads to the longest context; the C++ kernel reads each row once, in place, which is what
 vLLM's CPU backend does too. It is compiled with the machine's C++ compiler through
-`torch.utils.cpp_extension` (cached under `$TORCH_EXTENSIONS_DIR`, by default `~/.cache/torch_extensions`);
+`torch.utils.cpp_extension` (kept under `$TORCH_EXTENSIONS_DIR`, by default `~/.cache/torch_extensions`);
 where that fails the engine keeps the gather + SDPA path and says why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import sys
+import time
 from pathlib import Path
 
 import torch
@@ -21,26 +24,52 @@ WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
 _STATE: dict[str, str | bool] = {}
 
 
+# -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]
+STALE_LOCK_SECONDS = 600
+
+
 def available() -> bool:
-    """Build (once per process; the compiled library is cached across processes) and load the kernel."""
+    """Build (once per machine and source version) and load the kernel; False, with the reason in `status()`,
+    where it cannot be built."""
     if "ok" not in _STATE:
         try:
-            import ninja  # the PyPI package; its binary may not be on PATH when the venv is not activated
-            from torch.utils import cpp_extension
-
-            if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
-                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-
-            capability = torch.backends.cpu.get_cpu_capability().lower()
-            # -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)
-            cpp_extension.load(name=f"llmbench_cpu_attention_{capability}", sources=[str(SOURCE)],
-                               extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math"],
-                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+            _load()
             _STATE.update(ok=True, why="C++ paged decode kernel")
         except Exception as err:  # no compiler, no ninja, a build error: keep the torch path
             _STATE.update(ok=False, why=f"C++ kernel unavailable: {str(err).strip().splitlines()[-1]}")
             log.warning("CPU decode attention: %s", _STATE["why"])
     return bool(_STATE["ok"])
+
+
+def build_directory() -> Path:
+    built_for = f"{CFLAGS} torch {torch.__version__} python {sys.version_info[:2]}"
+    digest = hashlib.sha1(SOURCE.read_bytes() + built_for.encode()).hexdigest()[:12]
+    name = f"llmbench_cpu_attention_{torch.backends.cpu.get_cpu_capability().lower()}_{digest}"
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions") / name
+
+
+def _load() -> None:
+    """The library's name carries a hash of the source, flags and torch/Python versions, so a built one is loaded directly: no build
+    lock is taken, which a process killed while holding it (a server stopped during start-up) would leave behind
+    for every later engine to wait on. A lock older than any build is such a leftover and is removed."""
+    import ninja  # the PyPI package; its binary may not be on PATH when the venv is not activated
+    from torch.utils import cpp_extension
+
+    build = build_directory()
+    name = build.name
+    library = build / f"{name}.so"
+    if library.exists():
+        torch.ops.load_library(str(library))
+        return
+    build.mkdir(parents=True, exist_ok=True)
+    lock = build / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+        lock.unlink(missing_ok=True)
+    if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+                       build_directory=str(build), is_python_module=False, verbose=False)
 
 
 def status() -> str:
