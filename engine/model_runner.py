@@ -79,7 +79,7 @@ class ModelRunner:
             with torch.inference_mode():
                 self.linear_path = pack_model(self.model, force=config.cpu_linear == "onednn")
             log.info("linear layers: %s", self.linear_path)
-        self.decode_attention = self._decode_attention(config.cpu_attention, model_cfg.head_dim)
+        self.cpp_decode, self.decode_attention = self._decode_attention(config.cpu_attention, model_cfg.head_dim)
         self.kv_dtype = KV_DTYPES.get(config.kv_cache_dtype, self.dtype)
         for attn in self.model.attention_layers():
             attn.k_scale, attn.v_scale = attn.k_scale.float(), attn.v_scale.float()
@@ -106,20 +106,21 @@ class ModelRunner:
                                        self.device)
             self.graphs.capture()
 
-    def _decode_attention(self, choice: str, head_dim: int) -> str:
+    def _decode_attention(self, choice: str, head_dim: int) -> tuple[bool, str]:
+        """Whether CPU decodes take the C++ kernel, and what /version reports."""
         if self.device.type != "cpu" or self.backend != "torch":
-            return self.backend
+            return False, self.backend
         if choice == "sdpa":
-            return "gather + SDPA"
+            return False, "gather + SDPA"
         from engine.kernels import cpu_decode
 
         if head_dim % cpu_decode.WIDTH == 0 and cpu_decode.available():
-            return cpu_decode.status()
+            return True, cpu_decode.status()
         why = f"head_dim {head_dim} is not a multiple of {cpu_decode.WIDTH}" if head_dim % cpu_decode.WIDTH \
             else cpu_decode.status()
         if choice == "cpp":
             raise RuntimeError(f"cpu_attention='cpp' cannot be used: {why}")
-        return f"gather + SDPA ({why})"
+        return False, f"gather + SDPA ({why})"
 
     @property
     def block_bytes(self) -> int:
@@ -233,5 +234,5 @@ class ModelRunner:
             decode_seqs=torch.tensor(decode, dtype=torch.long, device=dev),
             decode_token_rows=torch.tensor([int(cu[i]) for i in decode], dtype=torch.long, device=dev),
             prefill_seqs=[i for i, n in enumerate(query_lens) if n != 1],
-            decode_kernel="cpp" if self.decode_attention.startswith("C++") else "sdpa",
+            decode_kernel="cpp" if self.cpp_decode else "sdpa",
         )
