@@ -17,7 +17,8 @@ from engine.layers import torch_attention
 from engine.llm import LLM
 from tests.kernel_cases import FP8, make_batch
 
-pytestmark = pytest.mark.skipif(not cpu_decode.available(), reason=f"C++ kernel not built: {cpu_decode.status()}")
+# the fallback and huge-page tests run everywhere; these need the kernel built
+needs_kernel = pytest.mark.skipif(not cpu_decode.available(), reason=f"C++ kernel not built: {cpu_decode.status()}")
 
 DECODES = [(95, 1), (40, 1), (130, 1), (15, 1), (0, 1), (16, 1), (31, 1), (200, 1)]  # block edges, 1 token
 
@@ -29,6 +30,7 @@ def decode_both(q, k, v, kc, vc, meta, scale=0.25, k_scale=None, v_scale=None):
     return torch_attention.attend(q, k, v, kc, vc, meta, scale, k_scale, v_scale), ref
 
 
+@needs_kernel
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"),
                          [(4, 4, 16), (4, 2, 16), (8, 2, 64), (14, 2, 64), (32, 4, 128), (12, 1, 32)])
 def test_matches_sdpa(heads, kv_heads, dim):
@@ -36,8 +38,12 @@ def test_matches_sdpa(heads, kv_heads, dim):
     q, k, v, kc, vc, meta = make_batch(DECODES, heads, kv_heads, dim, torch.float32, seed=heads + dim, num_blocks=48)
     out, ref = decode_both(q, k, v, kc, vc, meta)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
+    strided = q.transpose(0, 1).contiguous().transpose(0, 1)  # as the model hands it over: a view of qkv
+    assert not strided.is_contiguous()
+    assert torch.equal(cpu_decode.paged_decode(strided, kc, vc, meta.block_tables, meta.seq_lens, 0.25), out)
 
 
+@needs_kernel
 def test_mixed_batch_only_decodes_take_the_kernel():
     specs = [(0, 21), (40, 1), (35, 9), (17, 1), (0, 1)]
     q, k, v, kc, vc, meta = make_batch(specs, 8, 2, 32, torch.float32, seed=3)
@@ -45,6 +51,7 @@ def test_mixed_batch_only_decodes_take_the_kernel():
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
 
 
+@needs_kernel
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_cache(dtype):
     q, k, v, kc, vc, meta = make_batch(DECODES, 8, 2, 32, dtype, seed=9, num_blocks=48)
@@ -53,6 +60,7 @@ def test_half_precision_cache(dtype):
     assert torch.allclose(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
 
 
+@needs_kernel
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_fp8_cache_scales(kv_dtype):
     """k_scale joins the softmax scale and v_scale multiplies the output, as in the SDPA path."""
@@ -65,6 +73,7 @@ def test_fp8_cache_scales(kv_dtype):
     assert not torch.allclose(unscaled, out, atol=1e-3)
 
 
+@needs_kernel
 def test_reads_only_through_the_block_table():
     """Poisoning every block no table names must not change the result."""
     q, k, v, kc, vc, meta = make_batch(DECODES[:4], 4, 2, 16, torch.float32, seed=2, num_blocks=64)
@@ -77,6 +86,7 @@ def test_reads_only_through_the_block_table():
     assert torch.equal(again, out)
 
 
+@needs_kernel
 def test_bad_input_is_refused():
     q, k, v, kc, vc, meta = make_batch(DECODES[:2], 4, 2, 24, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match="multiple of 16"):
@@ -92,6 +102,7 @@ def test_bad_input_is_refused():
         cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables[:, :1], meta.seq_lens + 100, 0.1)
 
 
+@needs_kernel
 def test_engine_greedy_tokens_equal_on_both_paths(tiny_model):
     prompts = [list(range(5, 5 + n)) for n in (1, 7, 16, 33, 90)]
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
@@ -143,6 +154,7 @@ def test_kv_pool_is_backed_by_huge_pages():
     assert not huge_pages(torch.empty(1000))  # smaller than one huge page: nothing to ask for
 
 
+@needs_kernel
 def test_a_lock_left_by_a_killed_build_is_cleared(tmp_path, monkeypatch):
     """A build lock older than any build (its process was killed) must not make every later engine wait."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))

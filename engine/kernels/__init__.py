@@ -1,1 +1,2 @@
-"""Triton kernels for the CUDA path: paged K/V writes and paged attention read through block tables."""
+"""Paged-attention kernels: Triton for the CUDA path (K/V writes, unified and split-KV attention read through
+block tables) and C++ for CPU decodes."""

@@ -22,8 +22,6 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cpu_decode_attention.cpp")
 WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
 _STATE: dict[str, str | bool] = {}
-
-
 # -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]
 STALE_LOCK_SECONDS = 600
@@ -43,6 +41,7 @@ def available() -> bool:
 
 
 def build_directory() -> Path:
+    """Where this source, built with these flags for this torch and Python, lives."""
     built_for = f"{CFLAGS} torch {torch.__version__} python {sys.version_info[:2]}"
     digest = hashlib.sha1(SOURCE.read_bytes() + built_for.encode()).hexdigest()[:12]
     name = f"llmbench_cpu_attention_{torch.backends.cpu.get_cpu_capability().lower()}_{digest}"
@@ -50,9 +49,10 @@ def build_directory() -> Path:
 
 
 def _load() -> None:
-    """The library's name carries a hash of the source, flags and torch/Python versions, so a built one is loaded directly: no build
-    lock is taken, which a process killed while holding it (a server stopped during start-up) would leave behind
-    for every later engine to wait on. A lock older than any build is such a leftover and is removed."""
+    """The library's name carries a hash of the source, flags and torch/Python versions, so a built one is
+    loaded directly: no build lock is taken, which a process killed while holding it (a server stopped during
+    start-up) would leave behind for every later engine to wait on. A lock older than any build is such a
+    leftover and is removed."""
     import ninja  # the PyPI package; its binary may not be on PATH when the venv is not activated
     from torch.utils import cpp_extension
 
@@ -79,7 +79,6 @@ def status() -> str:
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, scale: float, v_scale: float = 1.0) -> torch.Tensor:
     """q [B, H, D] -> [B, H, D] in q's dtype, attending to seq_lens[b] cached tokens through block_tables[b]."""
-    out = torch.ops.llmbench_cpu.paged_decode(q.float().contiguous(), k_cache, v_cache,
-                                              block_tables.int().contiguous(), seq_lens.int().contiguous(),
-                                              scale, v_scale)
+    out = torch.ops.llmbench_cpu.paged_decode(q.float(), k_cache, v_cache, block_tables.int().contiguous(),
+                                              seq_lens.int().contiguous(), scale, v_scale)
     return out.to(q.dtype)

@@ -157,12 +157,12 @@ void decode(const float* q, const T* k_cache, const T* v_cache, const int32_t* t
   }
 }
 
-// q: [B, H, D] float32; k_cache, v_cache: [num_blocks, block_size, KVH, D]; block_tables: [B, W] int32;
+// q: [B, H, D] float32, any strides; k_cache, v_cache: [num_blocks, block_size, KVH, D]; block_tables: [B, W] int32;
 // seq_lens: [B] int32 (>= 1). Returns [B, H, D] float32. An fp8 cache holds K/k_scale and V/v_scale: the
 // caller folds k_scale into `scale`, and v_scale multiplies the output.
 at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale, double v_scale) {
-  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "q: contiguous float32 [B, H, D]");
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat, "q: float32 [B, H, D]");
   TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   k_cache.scalar_type() == v_cache.scalar_type() && k_cache.sizes() == v_cache.sizes(),
               "k_cache/v_cache: contiguous [num_blocks, block_size, KVH, D] of one dtype");
@@ -184,8 +184,8 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
       TORCH_CHECK(tables[b * width + i] >= 0 && tables[b * width + i] < pool, "sequence ", b, ": block id ",
                   tables[b * width + i], " outside the pool of ", pool);
   }
-  const auto qs = q * scale;
-  auto out = at::empty_like(q);
+  const auto qs = (q * scale).contiguous();  // the scaled copy is the contiguous one the kernel reads
+  auto out = at::empty({batch, heads, dim}, q.options());
   auto run = [&](auto tag) {
     using T = decltype(tag);
     decode<T>(qs.data_ptr<float>(), static_cast<const T*>(k_cache.const_data_ptr()),

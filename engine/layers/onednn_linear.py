@@ -9,11 +9,12 @@ own largest layer, so a CPU where it does not keeps F.linear.
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from engine.layers.kernel_timing import median_seconds
 
 log = logging.getLogger(__name__)
 _DECIDED: dict[tuple[int, int], tuple[bool, str]] = {}  # one timing per shape per process: engines agree
@@ -30,17 +31,6 @@ class OneDNNLinear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         y = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
         return y.reshape(*x.shape[:-1], self.out_features)
-
-
-def _time(fn, x: torch.Tensor) -> float:
-    """Median of 7 calls after a warm-up: one page fault or a neighbour's burst must not decide the path."""
-    fn(x)
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[3]
 
 
 def pack_model(model: nn.Module, force: bool = False) -> str:
@@ -60,7 +50,7 @@ def pack_model(model: nn.Module, force: bool = False) -> str:
         try:
             packed = OneDNNLinear(probe)
             with torch.inference_mode():
-                timings = {name: sum(_time(fn, torch.randn(rows, probe.in_features)) for rows in (1, 64, 256))
+                timings = {name: sum(median_seconds(fn, torch.randn(rows, probe.in_features)) for rows in (1, 64, 256))
                            for name, fn in (("onednn", packed), ("torch", lambda x: F.linear(x, probe.weight)))}
         except (RuntimeError, NotImplementedError) as err:
             return f"F.linear (oneDNN packing failed: {str(err).splitlines()[0]})"

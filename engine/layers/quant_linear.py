@@ -14,11 +14,12 @@ own shapes (`choose_path`):
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from engine.layers.kernel_timing import median_seconds
 
 log = logging.getLogger(__name__)
 INNER_K_TILES = 2
@@ -119,24 +120,12 @@ def _time_paths(q: torch.Tensor, z: torch.Tensor | None, s: torch.Tensor, dtype:
             packed(torch.zeros(1, q.shape[1], dtype=dtype, device=device))
     except (RuntimeError, NotImplementedError) as err:
         return "dense", f"packed kernels unavailable here ({str(err).splitlines()[0]})"
-    timings = {}
-    for name, layer in (("dense", dense), ("packed", packed)):
-        total = 0.0
-        for rows in (1, 64):
-            x = torch.randn(rows, q.shape[1], dtype=dtype, device=device)
-            with torch.inference_mode():
-                layer(x)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-                for _ in range(5):
-                    layer(x)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                total += (time.perf_counter() - t0) / 5
-        timings[name] = total
+    with torch.inference_mode():
+        timings = {name: sum(median_seconds(layer, torch.randn(rows, q.shape[1], dtype=dtype, device=device))
+                             for rows in (1, 64))
+                   for name, layer in (("dense", dense), ("packed", packed))}
     best = min(timings, key=timings.get)
     why = (f"packed {timings['packed'] * 1e3:.3f} ms vs dense {timings['dense'] * 1e3:.3f} ms per call on "
-           f"[{q.shape[0]}x{q.shape[1]}] (1 + 64 rows), cpu capability "
+           f"[{q.shape[0]}x{q.shape[1]}] (1 + 64 rows, medians), cpu capability "
            f"{torch.backends.cpu.get_cpu_capability() if device.type == 'cpu' else device.type}")
     return best, why

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.cpu_decode import paged_decode
 from engine.layers.attention import AttentionMetadata
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -88,8 +89,6 @@ DECODE_BUCKET = 32
 
 def _decode_cpp(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
                 scale: float, v_scale: float) -> torch.Tensor:
-    from engine.kernels.cpu_decode import paged_decode
-
     if "decode_tables" not in meta.cache:  # once per step, shared by every layer
         meta.cache["decode_tables"] = meta.block_tables[meta.decode_seqs].contiguous()
         meta.cache["decode_lens"] = meta.seq_lens[meta.decode_seqs].contiguous()
