@@ -1,8 +1,10 @@
 """Our own CI gate: the bundled engine's scheduling and caching advantages, as ratios measured interleaved
-(A B A B) in one job against the committed baseline. A scheduler or prefix-cache regression fails here.
+(A B A B) in one job. A scheduler or prefix-cache regression fails here.
 
-The engine is driven offline (no HTTP), so the ratios reflect the scheduler rather than the server.
-Re-record after an intended change:  python -m tests.test_engine_gate
+The ratios are held to floors that are true on any machine rather than to a baseline recorded on one: a
+working feature clears its floor by a wide margin everywhere (continuous/static ~1.4x, prefix cache on/off
+2-3x, on a fast and a half-as-fast CPU alike), a broken one lands near 1.0. The engine is driven offline (no
+HTTP), so the ratios reflect the scheduler rather than the server.
 """
 
 import time
@@ -14,17 +16,16 @@ from llmbench import gate_ratio
 from llmbench.cli import main
 from llmbench.records import RequestRecord
 
-BASELINE = Path(__file__).resolve().parents[1] / "benchmarks" / "baselines" / "engine_ratios.json"
 ROUNDS = 2
 PAIRS = {
-    # name: (dataset, dataset options, candidate flags, reference flags, tolerances)
+    # name: (dataset, dataset options, candidate flags, reference flags, {metric: (">=" or "<=", floor)})
     "continuous-vs-static": ("sharegpt", {"max_total_len": 512},
                              {"max_num_seqs": 8}, {"batching": "static", "max_num_seqs": 8},
-                             {"output_throughput": 0.10}),
+                             {"output_throughput": (">=", 1.15)}),
     "prefix-cache-on-vs-off": ("shared-prefix", {"num_groups": 3, "prompts_per_group": 8, "system_prompt_len": 1024,
                                                  "question_len": 32, "output_len": 8},
                                {"enable_prefix_caching": True}, {"enable_prefix_caching": False},
-                               {"output_throughput": 0.15, "median_ttft": 0.15}),
+                               {"output_throughput": (">=", 1.5), "median_ttft": ("<=", 0.7)}),
 }
 
 
@@ -54,20 +55,34 @@ def measure(model: Path, dataset: str, options: dict, candidate: dict, reference
 
 
 def current_ratios(model: Path, name: str) -> dict:
-    dataset, options, candidate, reference, tolerances = PAIRS[name]
+    dataset, options, candidate, reference, floors = PAIRS[name]
     measured = measure(model, dataset, options, candidate, reference)
-    return gate_ratio.ratios(measured, "candidate", "reference", list(tolerances), 0.95)
+    return gate_ratio.ratios(measured, "candidate", "reference", list(floors), 0.95)
 
 
-def test_engine_ratios_hold(tiny_model):
-    baseline = gate_ratio.load(BASELINE)["pairs"]
+def below_floor(ratio: dict, sense: str, floor: float) -> bool:
+    """A regression: the ratio and its whole interval on the wrong side of the floor."""
+    if sense == ">=":
+        return ratio["ratio"] < floor and ratio["ci"][1] < floor
+    return ratio["ratio"] > floor and ratio["ci"][0] > floor
+
+
+def test_below_floor_needs_the_whole_interval():
+    assert below_floor({"ratio": 1.02, "ci": [0.98, 1.06]}, ">=", 1.15)
+    assert not below_floor({"ratio": 1.12, "ci": [1.05, 1.2]}, ">=", 1.15)
+    assert below_floor({"ratio": 0.95, "ci": [0.9, 1.0]}, "<=", 0.7)
+    assert not below_floor({"ratio": 0.4, "ci": [0.3, 0.5]}, "<=", 0.7)
+
+
+def test_engine_ratios_clear_their_floors(tiny_model):
     failures = []
-    for name, (*_, tolerances) in PAIRS.items():
-        rows = gate_ratio.gate(current_ratios(tiny_model, name), baseline[name]["ratios"], tolerances)
-        for row in rows:
-            print(name, row)
-            if row["verdict"] != "pass":
-                failures.append((name, row))
+    for name, (*_, floors) in PAIRS.items():
+        ratios = current_ratios(tiny_model, name)
+        for metric, (sense, floor) in floors.items():
+            print(f"{name} {metric}: {ratios[metric]['ratio']:.2f} (interval {ratios[metric]['ci'][0]:.2f}-"
+                  f"{ratios[metric]['ci'][1]:.2f}), floor {sense} {floor}")
+            if below_floor(ratios[metric], sense, floor):
+                failures.append((name, metric, ratios[metric]))
     assert not failures, failures
 
 
@@ -85,18 +100,8 @@ def test_ratio_cli_between_two_bundled_engines(tiny_model, tmp_path):
     stored = gate_ratio.load(base)["pairs"]["cache"]["ratios"]["median_ttft"]["ratio"]
     assert stored < 1.0  # cached prefixes answer faster
     # One round of eight short requests on a shared 2-core runner moves the ratio a lot; this checks the CLI
-    # path, the tight tolerances live in test_engine_ratios_hold.
+    # path; the floors every machine must clear live in test_engine_ratios_clear_their_floors.
     r = CliRunner().invoke(main, args, catch_exceptions=False)
     assert r.exit_code == 0 and "median_ttft" in r.output, r.output
     r = CliRunner().invoke(main, [*args[:4], str(tmp_path / "missing.json"), *args[5:]], catch_exceptions=False)
     assert r.exit_code == 2
-
-
-if __name__ == "__main__":
-    from llmbench.modelbuild import build_model
-
-    tiny = build_model("tiny")
-    pairs = {name: {"candidate": str(PAIRS[name][2]), "reference": str(PAIRS[name][3]), "dataset": PAIRS[name][0],
-                    "ratios": current_ratios(tiny, name)} for name in PAIRS}
-    gate_ratio.save(BASELINE, pairs, {"rounds": ROUNDS, "model": "llmbench-tiny", "transport": "offline engine"})
-    print(BASELINE.read_text())

@@ -16,9 +16,9 @@ def run(*args):
 
 
 def test_two_workers_match_native_and_truth(scripted, tmp_path, tiny_model):
-    server = scripted("--ttft-ms", "30", "--itl-ms", "5")
+    server = scripted("--ttft-ms", "60", "--itl-ms", "25")
     common = ["--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20", "--num-prompts", "200",
-              "--output-len", "10", "--no-progress"]
+              "--output-len", "6", "--no-progress"]
     r = run("run", "--engine", "locust", "--workers", "2", "--out", str(tmp_path / "locust"), *common)
     assert r.exit_code == 0, r.output
     r = run("run", "--out", str(tmp_path / "native"), *common)
@@ -27,9 +27,10 @@ def test_two_workers_match_native_and_truth(scripted, tmp_path, tiny_model):
     nat = json.loads((tmp_path / "native" / "rate-20.json").read_text())
     assert loc["completed"] == 200 and loc["failed"] == 0
     assert abs(loc["achieved_rate"] - 20) / 20 < 0.05
+    # the scripted gaps are wide so that these bounds catch a chunk's worth of error on a slow, loaded machine
     for key in ("median_ttft_ms", "median_tpot_ms", "median_itl_ms"):
-        assert abs(loc[key] - nat[key]) < 2.0, (key, loc[key], nat[key])
-    assert 30 <= loc["median_ttft_ms"] < 36 and 5 <= loc["median_itl_ms"] < 7
+        assert abs(loc[key] - nat[key]) < 8.0, (key, loc[key], nat[key])
+    assert 60 <= loc["median_ttft_ms"] < 72 and 24 <= loc["median_itl_ms"] < 33
     records = read_records(tmp_path / "locust" / "rate-20.records.jsonl")
     assert {r.worker for r in records} == {"worker-0", "worker-1"} and len(records) == 200
     stats = (tmp_path / "locust" / "rate-20.locust_stats.csv").read_text()

@@ -1,6 +1,8 @@
 """The planner: published figures reproduced by the unmeasured path, measured plans, clear errors."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.simulator import EngineShape, simulate
 
 H100 = catalog.gpu("H100-SXM")
+EXAMPLE = Path(__file__).resolve().parents[1] / "reports" / "example"
 
 
 def test_catalog_params_and_kv():
@@ -153,15 +156,32 @@ def test_fit_recovers_a_concave_decode_cost_and_extrapolates():
 
 def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
     """The planner's simulator, calibrated on two measured rates, predicts two others (loose bounds: short
-    runs on a shared 2-core runner; benchmarks/plan_selfcheck.py holds the 15 % target)."""
+    runs on a shared 2-core runner; benchmarks/plan_selfcheck.py holds the 15 % target). The rates are
+    fractions of the capacity measured first on this machine, so a slower machine sweeps lower rates."""
     from llmbench.plan.validate import self_check
 
-    out = tmp_path / "sweep"
-    r = CliRunner().invoke(main, ["sweep", "--model", str(tiny_model), "--rate", "4,8,12,16", "--duration", "10",
-                                  "--out", str(out), "--no-progress", "--seed", "0"])
+    probe = tmp_path / "probe"
+    r = CliRunner().invoke(main, ["run", "--model", str(tiny_model), "--rate", "inf", "--num-prompts", "64",
+                                  "--out", str(probe), "--no-progress", "--seed", "1"])
     assert r.exit_code == 0, r.output
-    rows = self_check(out, ["rate-4", "rate-12"], ["rate-8", "rate-16"])
+    capacity = json.loads((probe / "rate-inf.json").read_text())["request_throughput"]
+    rates = [round(capacity * f, 2) for f in (0.15, 0.3, 0.45, 0.6)]
+    out = tmp_path / "sweep"
+    r = CliRunner().invoke(main, ["sweep", "--model", str(tiny_model), "--rate", ",".join(map(str, rates)),
+                                  "--duration", str(max(10.0, 40 / rates[0])), "--out", str(out), "--no-progress",
+                                  "--seed", "0"])
+    assert r.exit_code == 0, r.output
+    labels = [f"rate-{rate:g}" for rate in rates]
+    rows = self_check(out, labels[0::2], labels[1::2])
     for row in rows:
         print(row)
         assert abs(row["error_output_throughput"]) < 0.25
         assert abs(row["error_p99_tpot_ms"]) < 0.6 and abs(row["error_p99_ttft_ms"]) < 1.0
+
+
+def test_self_check_names_a_missing_rate(tmp_path):
+    from llmbench.plan.validate import self_check
+
+    shutil.copytree(EXAMPLE, tmp_path / "example")
+    with pytest.raises(PlanError, match="rate-7.*not in"):
+        self_check(tmp_path / "example", ["rate-0.5", "rate-1.5"], ["rate-7"])

@@ -35,6 +35,13 @@ def simulate_label(folder: Path, label: str, model: LinearStepModel, shape: Engi
 
 def self_check(folder: Path, calibrate: list[str], predict: list[str]) -> list[dict]:
     folder = Path(folder)
+    measured = {r["label"]: r for r in load_results(folder)}
+    missing = [label for label in calibrate + predict if label not in measured]
+    if missing:
+        from llmbench.plan.planner import PlanError
+
+        raise PlanError(f"{', '.join(missing)} not in {folder} (it holds {', '.join(measured) or 'no results'}); "
+                        "a sweep that stopped as saturated writes no later rates")
     shape = engine_shape(folder)
     steps = [s for label in calibrate for s in steps_of(folder, label)]
     model = fit_steps(steps)
@@ -44,7 +51,6 @@ def self_check(folder: Path, calibrate: list[str], predict: list[str]) -> list[d
         gaps.append(fit_client_overhead(ok["ttft"].to_numpy(), res.ttft))
     shape = EngineShape(shape.max_num_seqs, shape.max_num_batched_tokens, shape.kv_capacity_tokens,
                         shape.block_size, 0.0, float(np.median(gaps)))
-    measured = {r["label"]: r for r in load_results(folder)}
     rows = []
     for label in predict:
         _, res = simulate_label(folder, label, model, shape)
