@@ -40,7 +40,7 @@ def main(rates: str, seconds: float, output_tokens: int) -> None:
         for rate in arrivals.parse_rates(rates):
             n = int(rate * seconds)
             reqs = [Request(f"p{i}", 1, output_tokens) for i in range(n)]
-            cfg = RunConfig(base_url=url, model="scripted", rate=rate, progress=False, scrape=False)
+            cfg = RunConfig(base_url=url, model="scripted", rate=rate, scrape=False)
             m = execute(cfg, reqs, arrivals.schedule(n, rate, 1.0, seed=0), None).metrics
             ok = m["p99_send_lag_ms"] < LAG_LIMIT_MS and abs(m["achieved_rate"] - rate) / rate < 0.02 \
                 and m["failed"] == 0

@@ -56,7 +56,7 @@ def main(rates: str, seconds: float, ttft_ms: float, itl_ms: float) -> None:
         for rate in arrivals.parse_rates(rates):
             n = int(rate * seconds)
             reqs = [Request(f"req-{offset + i}", 1, TOKENS) for i in range(n)]
-            cfg = RunConfig(base_url=server.url, model="scripted", rate=rate, progress=False, scrape=False)
+            cfg = RunConfig(base_url=server.url, model="scripted", rate=rate, scrape=False)
             result = execute(cfg, reqs, arrivals.schedule(n, rate, 1.0, seed=0), None)
             for name, err in errors_ms(server.url, result.records, offset).items():
                 print(f"{rate:>6g}  {name:<5}{np.median(err):>11.3f}{np.percentile(err, 99):>9.3f}{err.max():>9.3f}")

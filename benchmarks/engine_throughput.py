@@ -22,10 +22,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bundled.modelbuild import build_model  # noqa: E402
+from bundled.sharegpt import load as load_sharegpt  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from llmbench.datasets import sharegpt  # noqa: E402
-from llmbench.modelbuild import build_model  # noqa: E402
 
 
 def fp32_ceiling() -> float:
@@ -50,7 +51,7 @@ def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    pairs = sharegpt.sample_pairs(sharegpt.load().conversations, n, lambda t: len(tok(t).input_ids), seed=seed)
+    pairs = sharegpt.sample_pairs(load_sharegpt().conversations, n, lambda t: len(tok(t).input_ids), seed=seed)
     return [(tok(p.prompt).input_ids, p.output_len) for p in pairs]
 
 

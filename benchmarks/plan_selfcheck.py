@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from llmbench.arrivals import parse_rates  # noqa: E402
-from llmbench.bench import label_for  # noqa: E402
 from llmbench.plan.validate import self_check  # noqa: E402
+from llmbench.results import label_for  # noqa: E402
 
 
 @click.command()

@@ -3,7 +3,7 @@
     python benchmarks/quantization.py [--num-prompts 64] [--kv-budget-mib 512]
 
 Modes: fp32, int8 (at load), int4 RTN (at load, group 128), int4 AWQ and GPTQ checkpoints written by
-`engine.quantize`, fp8 (e4m3) KV cache. All on the bundled `small` model; compute in fp32. Decode tok/s is one
+`engine.quant.quantize`, fp8 (e4m3) KV cache. All on the bundled `small` model; compute in fp32. Decode tok/s is one
 request at a time (64 output tokens), throughput is the ShareGPT sample all at once. Quality: perplexity on
 held-out ShareGPT windows and greedy agreement with fp32 over 256 generated tokens.
 """
@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.engine_throughput import sample  # noqa: E402
+from bundled.modelbuild import build_model  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.perplexity import heldout_windows, score  # noqa: E402
-from engine.quantize import quantize_checkpoint  # noqa: E402
-from llmbench.modelbuild import build_model  # noqa: E402
+from engine.quant.perplexity import heldout_windows, score  # noqa: E402
+from engine.quant.quantize import quantize_checkpoint  # noqa: E402
 
 
 def decode_rate(llm: LLM, prompts: list[list[int]]) -> float:

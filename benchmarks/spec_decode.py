@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.engine_throughput import sample  # noqa: E402
+from bundled.modelbuild import build_model  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from llmbench.modelbuild import build_model  # noqa: E402
 
 
 def closed_loop(llm: LLM, prompts: list[list[int]], concurrency: int, output_len: int) -> float:

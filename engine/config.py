@@ -1,73 +1,146 @@
-"""Engine and sampling settings as small dataclasses."""
+"""Engine and sampling settings as small dataclasses.
+
+Every engine setting is stated once, here: its type (a `Literal` lists the choices), default, help text and
+bounds. `engine.serve` derives its command-line flags from these fields, and `__post_init__` checks every
+value against the same bounds, so a flag, its check and its default cannot drift apart.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Literal
+
+CPU_KV_AUTO_BYTES = 4 * 2**30  # kv_cache_memory "auto" on the CPU: vLLM's VLLM_CPU_KVCACHE_SPACE default
+
+
+def setting(default, help: str, *, low: float | None = None, high: float | None = None, low_open: bool = False,
+            cli: bool = True):
+    """A field with what its flag and its check need: help text, inclusive bounds (`low_open`: low excluded)."""
+    return field(default=default, metadata={"help": help, "low": low, "high": high, "low_open": low_open,
+                                            "cli": cli})
+
+
+def parse_bytes(text: str | int | None) -> int | None:
+    """`512MiB`, `2GiB`, `1000000` -> bytes; `auto` (or None) -> None."""
+    if text is None or isinstance(text, int):
+        return text
+    low = text.strip().lower()
+    if low == "auto":
+        return None
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+    number, factor = low, 1
+    for unit, size in units.items():
+        if low.endswith(unit):
+            number, factor = low[: -len(unit)], size
+            break
+    try:
+        return int(float(number) * factor)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 1000000, auto)") from None
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "auto"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 @dataclass
 class EngineConfig:
-    model: str | None = None  # folder of a HF checkpoint; None = the bundled `small` model
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    device: str = "cpu"
-    block_size: int = 16
-    kv_cache_memory: int | None = 512 * 2**20  # bytes for the KV pool (CPU, or CUDA when set)
-    gpu_memory_utilization: float = 0.9  # CUDA, when kv_cache_memory is None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = None  # default: the checkpoint's max_position_embeddings
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    batching: Literal["continuous", "static"] = "continuous"
-    kv_layout: Literal["paged", "contiguous"] = "paged"
-    attention_backend: Literal["auto", "torch", "triton"] = "auto"
-    enforce_eager: bool = False  # CUDA: no CUDA-graph capture of decode steps
-    num_lookahead_slots: int = 0  # reserved per decode step for speculative tokens
-    speculative_model: str | None = None  # a checkpoint folder sharing the tokenizer, or "ngram"
-    num_speculative_tokens: int = 0  # k
-    prompt_lookup_min: int = 1
-    prompt_lookup_max: int = 4
-    speculative_disable_by_batch_size: int | None = None  # no speculation in steps with more sequences
-    quantization: str | None = None  # int8 | int4 (at load) | awq | gptq (pre-quantized checkpoints)
-    quantization_group_size: int = 128  # int4
-    quantization_kernel: Literal["auto", "packed", "dense"] = "auto"  # auto: the faster on this machine
-    cpu_linear: Literal["auto", "torch", "onednn"] = "auto"  # auto: oneDNN-packed fp32 linears when faster
-    cpu_attention: Literal["auto", "sdpa", "cpp"] = "auto"  # CPU decodes; auto: the C++ paged kernel if it builds
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
-    k_scale_constant: float = 200.0  # fp8 KV scales computed on the first forward: amax / constant
-    v_scale_constant: float = 100.0
-    seed: int = 0
-    stats_window: int = 4096  # per-step stats kept in a ring buffer
+    model: str | None = setting(None, "Local HF checkpoint folder (default: the bundled `small` model).")
+    dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "Weights and activations.")
+    device: str = setting("cpu", "cpu, cuda or cuda:N.")
+    block_size: int = setting(16, "Tokens per KV block.", low=1)
+    kv_cache_memory: int | None = setting(
+        512 * 2**20, "KV pool size: bytes, or with KiB/MiB/GiB. 'auto': on CUDA what --gpu-memory-utilization "
+        f"leaves after a profiling forward, on the CPU {format_bytes(CPU_KV_AUTO_BYTES)} (vLLM's CPU default).")
+    gpu_memory_utilization: float = setting(0.9, "CUDA, with --kv-cache-memory auto: the fraction of the GPU "
+                                                 "the engine may fill.", low=0, high=1, low_open=True)
+    max_num_seqs: int = setting(256, "Sequences in one step.", low=1)
+    max_num_batched_tokens: int = setting(2048, "Tokens in one step (the chunked-prefill budget).", low=1)
+    max_model_len: int | None = setting(None, "Context length (default: the checkpoint's).", low=1)
+    enable_chunked_prefill: bool = setting(True, "Split long prompts over steps to keep decodes flowing.")
+    enable_prefix_caching: bool = setting(True, "Reuse the KV blocks of identical prompt prefixes.")
+    batching: Literal["continuous", "static"] = setting("continuous", "static: admit a new batch only when "
+                                                                      "the running one has finished.")
+    kv_layout: Literal["paged", "contiguous"] = setting("paged", "contiguous: reserve max_model_len per "
+                                                                 "sequence (the waste paging removes).")
+    attention_backend: Literal["auto", "torch", "triton"] = setting("auto", "auto: triton on CUDA, torch "
+                                                                            "on the CPU.")
+    enforce_eager: bool = setting(False, "CUDA: do not capture decode steps in CUDA graphs.")
+    num_lookahead_slots: int = setting(0, "Slots reserved per decode step for speculative tokens.", low=0,
+                                       cli=False)
+    speculative_model: str | None = setting(None, "Draft checkpoint folder sharing the target's tokenizer, or "
+                                                  "'ngram' for prompt lookup.")
+    num_speculative_tokens: int = setting(0, "k: tokens proposed per step.", low=0, high=128)
+    prompt_lookup_min: int = setting(1, "ngram: shortest n-gram matched.", low=1)
+    prompt_lookup_max: int = setting(4, "ngram: longest n-gram matched.", low=1)
+    speculative_disable_by_batch_size: int | None = setting(None, "No speculation in steps with more sequences "
+                                                                  "than this.", low=1)
+    quantization: Literal["int8", "int4", "awq", "gptq"] | None = setting(
+        None, "int8/int4: quantize at load; awq/gptq: a pre-quantized checkpoint (detected from config.json).")
+    quantization_group_size: Literal[32, 64, 128, 256] = setting(128, "int4: weights per scale.")
+    quantization_kernel: Literal["auto", "packed", "dense"] = setting(
+        "auto", "auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
+    cpu_linear: Literal["auto", "torch", "onednn"] = setting(
+        "auto", "auto: fp32 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
+    cpu_attention: Literal["auto", "sdpa", "cpp"] = setting(
+        "auto", "CPU decode attention: the C++ paged kernel (built on first use) or gather + SDPA.")
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = setting("auto", "fp8: e4m3, twice the "
+                                                                                     "tokens of a 16-bit pool.")
+    k_scale_constant: float = setting(200.0, "fp8 KV without checkpoint scales: k_scale = amax|k| / this, on the "
+                                             "first forward.", low=0, low_open=True)
+    v_scale_constant: float = setting(100.0, "... and v_scale = amax|v| / this.", low=0, low_open=True)
+    seed: int = setting(0, "Seed of unseeded sampling.")
+    stats_window: int = setting(4096, "Per-step statistics kept in a ring buffer.", low=1, cli=False)
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.block_size > 0, "block_size must be positive"),
-            (self.max_num_seqs > 0, "max_num_seqs must be positive"),
-            (self.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive"),
-            (self.batching in ("continuous", "static"), f"unknown batching mode {self.batching!r}"),
-            (self.kv_layout in ("paged", "contiguous"), f"unknown kv_layout {self.kv_layout!r}"),
-            (self.dtype in ("float32", "bfloat16", "float16"), f"unsupported dtype {self.dtype!r}"),
-            (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
-            (not self.speculative_model or 1 <= self.num_speculative_tokens <= 128,
-             "speculative decoding needs num_speculative_tokens between 1 and 128"),
-            (self.quantization in (None, "int8", "int4", "awq", "gptq"),
-             f"unknown quantization {self.quantization!r} (int8, int4, awq, gptq)"),
-            (self.quantization_group_size in (32, 64, 128, 256), "quantization_group_size must be 32, 64, 128 or 256"),
-            (self.quantization_kernel in ("auto", "packed", "dense"),
-             f"unknown quantization_kernel {self.quantization_kernel!r} (auto, packed, dense)"),
-            (self.cpu_attention in ("auto", "sdpa", "cpp"),
-             f"unknown cpu_attention {self.cpu_attention!r} (auto, sdpa, cpp)"),
-            (self.kv_cache_dtype in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
-             f"unknown kv_cache_dtype {self.kv_cache_dtype!r} (auto, fp8, fp8_e4m3, fp8_e5m2)"),
-            (1 <= self.prompt_lookup_min <= self.prompt_lookup_max,
-             "need 1 <= prompt_lookup_min <= prompt_lookup_max"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
+        for f in fields(self):
+            check(f.name, getattr(self, f.name))
+        if self.speculative_model and not 1 <= self.num_speculative_tokens <= 128:
+            raise ValueError("speculative decoding needs num_speculative_tokens between 1 and 128")
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("need prompt_lookup_min <= prompt_lookup_max")
         if self.speculative_model:
             self.num_lookahead_slots = max(self.num_lookahead_slots, self.num_speculative_tokens)
+
+
+@cache
+def field_types() -> dict[str, tuple[type, tuple, bool]]:
+    """Per EngineConfig field: (base type, Literal choices or (), whether None is allowed)."""
+    out = {}
+    for name, hint in typing.get_type_hints(EngineConfig).items():
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+            else (hint,)
+        optional = type(None) in args
+        (base,) = [a for a in args if a is not type(None)]
+        choices = typing.get_args(base) if typing.get_origin(base) is Literal else ()
+        out[name] = (type(choices[0]) if choices else base, choices, optional)
+    return out
+
+
+def check(name: str, value) -> None:
+    """Raise ValueError when `value` is outside what EngineConfig's field `name` allows."""
+    kind, choices, optional = field_types()[name]
+    if value is None:
+        if not optional:
+            raise ValueError(f"{name} must be set")
+        return
+    if choices and value not in choices:
+        raise ValueError(f"unknown {name} {value!r} ({', '.join(map(str, choices))})")
+    meta = next(f.metadata for f in fields(EngineConfig) if f.name == name)
+    low, high = meta.get("low"), meta.get("high")
+    if low is not None and (value <= low if meta.get("low_open") else value < low):
+        raise ValueError(f"{name} must be {'above' if meta.get('low_open') else 'at least'} {low:g}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be at most {high:g}, got {value}")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import logging
 
 import torch
 
-from engine.layers.attention import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
 
 log = logging.getLogger(__name__)
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)

@@ -14,10 +14,10 @@ from engine.config import EngineConfig, SamplingParams
 from engine.detokenizer import DetokState, detokenize_step
 from engine.loader import read_config
 from engine.model_runner import ModelRunner
-from engine.rejection_sampler import verify
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
-from engine.spec_decode import Proposal, SpecDecoder
+from engine.spec.proposer import Proposal, Proposer
+from engine.spec.rejection_sampler import verify
 from engine.stats import StatsLog, StepStats
 
 
@@ -88,7 +88,7 @@ class LLM:
         self.block_manager = BlockManager(self.runner.num_blocks, self.config.block_size,
                                           self.config.enable_prefix_caching, contiguous)
         self.scheduler = Scheduler(self.config, self.block_manager, self.max_model_len)
-        self.spec = (SpecDecoder(self.config, self.runner, self.model_config, self.tokenizer, self.max_model_len)
+        self.spec = (Proposer(self.config, self.runner, self.model_config, self.tokenizer, self.max_model_len)
                      if self.config.speculative_model else None)
         self.requests: dict[str, _Request] = {}
         self.stats = StatsLog(self.config.stats_window)
@@ -301,6 +301,6 @@ def _find_stop(text: str, stops: list[str]) -> tuple[int, str] | None:
 
 
 def _bundled_model() -> Path:
-    from llmbench.modelbuild import build_model
+    from bundled.modelbuild import DEFAULT_SIZE, build_model
 
-    return build_model("small")
+    return build_model(DEFAULT_SIZE)

@@ -124,7 +124,7 @@ QUANT_TENSORS = ("qweight", "qzeros", "scales", "g_idx")
 def load_weights(model: torch.nn.Module, folder: Path) -> dict[tuple[str, int | None], dict[str, torch.Tensor]]:
     """Copy every checkpoint tensor into the model's (possibly fused) parameters and buffers (fp8 KV
     scales). Quantized linears (AWQ/GPTQ tensors) are returned, keyed by (module, shard), for
-    `engine.quantization` to build."""
+    `engine.quant.apply` to build."""
     from safetensors import safe_open
 
     params = dict(model.named_parameters()) | dict(model.named_buffers())

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine import quantization
-from engine.config import EngineConfig
-from engine.layers.attention import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
+from engine.config import CPU_KV_AUTO_BYTES, EngineConfig
 from engine.layers.onednn_linear import pack_model
 from engine.loader import CheckpointError, ModelConfig, load_weights
 from engine.models.llama import LlamaForCausalLM
+from engine.quant import apply as quantization
 from engine.scheduler import ScheduledBatch
 
 log = logging.getLogger(__name__)
@@ -132,10 +132,10 @@ class ModelRunner:
         return sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
 
     def _count_blocks(self) -> int:
-        if self.config.kv_cache_memory is not None or self.device.type != "cuda":
-            budget = self.config.kv_cache_memory or 512 * 2**20
-        else:
-            budget = self._cuda_budget()
+        budget = self.config.kv_cache_memory
+        if budget is None:
+            budget = self._cuda_budget() if self.device.type == "cuda" else CPU_KV_AUTO_BYTES
+            log.info("KV cache memory auto: %.2f GiB", budget / 2**30)
         return max(int(budget // self.block_bytes), 1)
 
     def _cuda_budget(self) -> int:

@@ -77,3 +77,12 @@ def nice_step(raw: float) -> float:
     exp = math.floor(math.log10(raw))
     candidates = [m * 10**exp for m in (1, 2, 2.5, 5, 10)]
     return min(candidates, key=lambda c: abs(math.log(c / raw)))
+
+
+def send_offsets(requests: list, rate: float, burstiness: float, seed: int) -> np.ndarray:
+    """Each request's send time: the trace's own timestamps when every request has one (a replayed trace),
+    otherwise the arrival process at `rate`."""
+    if requests and all(r.timestamp is not None for r in requests):
+        ts = np.asarray([r.timestamp for r in requests], dtype=float)
+        return ts - ts.min()
+    return schedule(len(requests), rate, burstiness, seed)

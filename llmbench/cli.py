@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from llmbench import __version__
-from llmbench.arrivals import parse_rate, parse_rates
-from llmbench.cli_bench import common_options, execute, print_summary
 from llmbench.cli_gate import gate_command
 from llmbench.cli_plan import plan_command
+from llmbench.cli_run import build_plan, common_options, execute, finish
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -17,50 +18,43 @@ def main() -> None:
     """Benchmark OpenAI-compatible LLM servers, plan GPU counts, gate regressions in CI."""
 
 
-@main.command()
+EXIT_CODES = ("Exit codes: 0 measured; 1 nothing could be measured; 2 bad command line; 3 the target stopped "
+              "answering or more requests failed than --max-failure-rate; 130 interrupted (results so far kept).")
+
+
+@main.command(epilog=EXIT_CODES)
 @click.option("--rate", default="inf", show_default=True, help="Requests per second, or 'inf'.")
 @common_options
 @click.pass_context
 def run(ctx: click.Context, rate: str, **opts) -> None:
     """Measure one load level against a server (or the bundled engine)."""
-    try:
-        rates = [parse_rate(rate)]
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--rate") from None
-    out = execute(ctx, {"rate": rate, **opts}, rates, default_prompts=200, default_duration=None,
-                  stop_when_saturated=False)
-    click.echo(f"results: {out}")
+    plan = build_plan(ctx, {"rate": rate, **opts}, single=True)
+    finish(plan, execute(plan, progress=not opts["no_progress"]), report=False)
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES)
 @click.option("--rate", default="1..8", show_default=True, help="Rates: a..b, a..b:step, or 5,10,20.")
 @common_options
 @click.pass_context
 def sweep(ctx: click.Context, rate: str, **opts) -> None:
-    """Measure a series of request rates, stopping early once the server saturates."""
-    try:
-        rates = parse_rates(rate)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--rate") from None
-    out = execute(ctx, {"rate": rate, **opts}, rates, default_prompts=None, default_duration=15.0,
-                  stop_when_saturated=True)
-    print_summary(out)
-    from llmbench.report import build_report
-
-    click.echo(f"report: {build_report([out], out / 'report.html')}")
-    click.echo(f"results: {out}")
+    """Measure a series of request rates, stopping early once the server saturates; end with the answer."""
+    plan = build_plan(ctx, {"rate": rate, **opts}, single=False)
+    finish(plan, execute(plan, progress=not opts["no_progress"]), report=True)
 
 
 @main.command()
 @click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("-o", "--output", default="report.html", show_default=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="HTML file (default: report.html in the folder, or ./report.html for several folders).")
 @click.option("--title", help="Page title.")
-def report(folders: tuple[str, ...], output: str, title: str | None) -> None:
+def report(folders: tuple[str, ...], output: str | None, title: str | None) -> None:
     """Write one self-contained HTML report of one or more results folders (overlaid when several)."""
     from llmbench.report import build_report
+    from llmbench.results import REPORT
 
+    output = output or str(Path(folders[0]) / REPORT if len(folders) == 1 else REPORT)
     try:
-        click.echo(build_report(list(folders), output, title))
+        click.echo(f"report: {build_report(list(folders), output, title)}")
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
@@ -82,7 +76,7 @@ def model() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even if the folder already holds the model.")
 def model_build(size: str, out: str | None, force: bool) -> None:
     """Build the seeded Llama-architecture checkpoint and print its folder."""
-    from llmbench.modelbuild import build_model
+    from bundled.modelbuild import build_model
 
     click.echo(build_model(size, out, force=force))
 
@@ -92,10 +86,7 @@ def model_build(size: str, out: str | None, force: bool) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def serve(args: tuple[str, ...]) -> None:
     """Serve the bundled engine (OpenAI-compatible API); `llmbench serve --help` lists its flags."""
-    import os
-    import sys
-
-    os.execv(sys.executable, [sys.executable, "-m", "engine.server", *args])
+    _exec_engine("engine.serve", "llmbench serve", args)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -103,10 +94,15 @@ def serve(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def quantize(args: tuple[str, ...]) -> None:
     """Quantize a local checkpoint to 4 bits (AWQ, RTN or GPTQ layout); `llmbench quantize --help` for flags."""
+    _exec_engine("engine.quant", "llmbench quantize", args)
+
+
+def _exec_engine(module: str, name: str, args: tuple[str, ...]) -> None:
+    """The engine is reached as a program (llmbench never imports it); its usage line says `name`."""
     import os
     import sys
 
-    os.execv(sys.executable, [sys.executable, "-m", "engine.quantize", *args])
+    os.execve(sys.executable, [sys.executable, "-m", module, *args], {**os.environ, "ENGINE_PROG_NAME": name})
 
 
 if __name__ == "__main__":

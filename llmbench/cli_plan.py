@@ -28,7 +28,8 @@ import click
 def plan_command(qps, results, slo, attainment, gpu, model, weight_dtype, kv_dtype, burst_headroom, spares,
                  gpus_per_replica, price, prefix_hit_rate, out) -> None:
     """Replicas and GPUs that keep P99 TTFT and TPOT under the SLOs at a target QPS."""
-    from llmbench.plan.planner import PlanError, PlanRequest, make_plan, parse_slo
+    from llmbench.plan.planner import PlanError, PlanRequest, make_plan
+    from llmbench.slo import parse_slo
 
     measured = measured_dtypes(Path(results)) if results else {}
     weight_dtype = weight_dtype or measured.get("weight_dtype", "bf16")

@@ -59,7 +59,7 @@ class StreamParser:
             return True
         chunk = json.loads(data)
         if "error" in chunk:
-            self.record.error = _error_text(json.dumps(chunk), self.record.status or 200)
+            self.record.error = error_text(json.dumps(chunk), self.record.status or 200)
             return True
         usage = chunk.get("usage")
         if chunk.get("choices"):
@@ -103,7 +103,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, record: Req
         async with session.post(url, data=data, headers=headers) as resp:
             record.status = resp.status
             if resp.status != 200:
-                record.error = _error_text(await resp.text(), resp.status)
+                record.error = error_text(await resp.text(), resp.status)
             else:
                 async for raw in resp.content:
                     if parser.feed(raw, time.perf_counter() - t0):
@@ -113,7 +113,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, record: Req
     return parser.finish(time.perf_counter() - t0)
 
 
-def _error_text(body: str, status: int) -> str:
+def error_text(body: str, status: int) -> str:
     try:
         message = json.loads(body)["error"]["message"]
     except (json.JSONDecodeError, KeyError, TypeError):

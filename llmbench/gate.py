@@ -18,6 +18,7 @@ import numpy as np
 
 from llmbench.metrics import output_tokens, tpot
 from llmbench.records import read_records
+from llmbench.results import label_for
 
 BASELINE_FORMAT = "llmbench-baseline/1"
 MAX_SAMPLES = 2000
@@ -80,29 +81,28 @@ def load_runs(path: Path | str) -> dict[str, Run]:
 
 
 def _label(data: dict) -> str:
+    """The label of a result that carries none (vLLM's): from its rate and concurrency cap."""
     rate = data.get("request_rate", "inf")
-    conc = data.get("max_concurrency")
-    base = "rate-inf" if str(rate) == "inf" or rate is None else f"rate-{float(rate):g}"
-    return base + (f"-c{conc}" if conc else "")
+    return label_for(math.inf if rate is None or str(rate) == "inf" else float(rate), data.get("max_concurrency"))
 
 
 def _from_folder(folder: Path) -> dict[str, Run]:
-    from llmbench.results import load_results
+    from llmbench.results import load_results, records_path
 
     runs = {}
     for data in load_results(folder):
         run = _from_result(data)
-        records_path = folder / data.get("records_file", f"{data['label']}.records.jsonl")
-        if records_path.is_file():
-            records = [r for r in read_records(records_path) if not r.warmup and r.success]
-            run.samples = _samples(records)
+        path = records_path(folder, data)
+        if path.is_file():
+            records = [r for r in read_records(path) if not r.warmup and r.success]
+            run.samples = samples(records)
         runs[data.get("label") or _label(data)] = run
     if not runs:
         raise GateInputError(f"{folder}: no results in this folder")
     return runs
 
 
-def _samples(records) -> dict[str, np.ndarray]:
+def samples(records) -> dict[str, np.ndarray]:
     return {
         "ttft": np.array([r.ttft * 1000 for r in records]),
         "tpot": np.array([t * 1000 for r in records if (t := tpot(r)) is not None]),

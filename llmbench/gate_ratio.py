@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from llmbench import datasets
-from llmbench.bench import Target, load_tokenizer, open_target
-from llmbench.gate import THROUGHPUTS, _samples, statistic
+from llmbench.gate import THROUGHPUTS, samples, statistic
 from llmbench.runner import RunConfig, execute
+from llmbench.target import Target, load_tokenizer, open_target
 
 RATIO_FORMAT = "llmbench-ratio-baseline/1"
 
@@ -52,14 +52,14 @@ def measure(sides: list[Side], dataset: str, dataset_options: dict, num_prompts:
     with contextlib.ExitStack() as stack:
         targets: dict[str, Target] = {
             s.name: stack.enter_context(open_target(s.base_url, model, s.flags, None)) for s in sides}
-        tokenizer, _ = load_tokenizer(None, targets[sides[0].name])
+        tokenizer, _, _ = load_tokenizer(None, targets[sides[0].name])
         requests, _ = datasets.build(dataset, tokenizer, num_prompts, seed, **dataset_options)
         offsets = np.zeros(len(requests)) if math.isinf(rate) else np.arange(len(requests)) / rate
         for _ in range(rounds):
             for side in sides:
                 target = targets[side.name]
                 cfg = RunConfig(base_url=target.base_url, model=target.model, rate=rate, seed=seed,
-                                ignore_eos=ignore_eos, progress=False, scrape=False)
+                                ignore_eos=ignore_eos, scrape=False)
                 started = time.perf_counter()
                 result = execute(cfg, requests, offsets, None)
                 per_round[side.name].append(([r for r in result.records if r.success],
@@ -78,13 +78,13 @@ def ratios(measured: dict[str, list], candidate: str, reference: str, metrics: l
         return [r for recs, _ in measured[side] for r in recs], sum(d for _, d in measured[side])
 
     (c_records, c_dur), (r_records, r_dur) = pool(candidate), pool(reference)
-    cs, rs = _samples(c_records), _samples(r_records)
+    cs, rs = samples(c_records), samples(r_records)
     out = {}
     for name in metrics:
         key = "tokens" if name in THROUGHPUTS else name.split("_", 1)[1]
         point = statistic(name, cs, c_dur) / statistic(name, rs, r_dur)
         if name in THROUGHPUTS:
-            per_round = [statistic(name, _samples(cr), cd) / statistic(name, _samples(rr), rd)
+            per_round = [statistic(name, samples(cr), cd) / statistic(name, samples(rr), rd)
                          for (cr, cd), (rr, rd) in zip(measured[candidate], measured[reference], strict=True)]
             out[name] = {"ratio": point, "ci": [min(per_round), max(per_round)], "per_round": per_round,
                          "candidate": statistic(name, cs, c_dur), "reference": statistic(name, rs, r_dur)}

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from llmbench.records import RecordWriter, read_records
+from llmbench.results import RunFiles, worker_metas, worker_records
 from llmbench.target import free_port
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -36,34 +37,38 @@ def locust_args(base_url: str, opts: dict, records_dir: Path, workers: int) -> l
     return args
 
 
-def run_locust(base_url: str, opts: dict, workers: int, out_prefix: Path, time_limit: float,
-               users: int | None = None) -> tuple[list, list[str]]:
-    """Run master + workers; return the merged records and notes (worker deaths, time limit)."""
+def run_locust(base_url: str, opts: dict, workers: int, files: RunFiles, time_limit: float,
+               users: int | None = None) -> tuple[list, list[str], bool]:
+    """Run master + workers; return the merged records, notes (worker deaths, time limit) and whether a
+    Ctrl-C ended the run early (the records up to then are kept)."""
     import importlib.util
 
     if importlib.util.find_spec("locust") is None:
         raise ValueError("the Locust transport needs Locust: pip install 'llmbench[locust]'")
-    records_dir = Path(f"{out_prefix}.locust")
+    records_dir = files.locust_dir
     shutil.rmtree(records_dir, ignore_errors=True)
     records_dir.mkdir(parents=True)
     port = free_port()
     common = ["-f", str(LOCUSTFILE), *locust_args(base_url, opts, records_dir, workers)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     n_users = users or workers
-    master_log = open(f"{out_prefix}.locust-master.log", "w")  # noqa: SIM115 - closed below
+    master_log = files.locust_log.open("w")  # noqa: SIM115 - closed below
     master = subprocess.Popen(
         [sys.executable, "-m", "locust", *common, "--headless", "--master", "--master-bind-host", "127.0.0.1",
          "--master-bind-port", str(port), "--expect-workers", str(workers), "-u", str(n_users), "-r", str(n_users),
-         "-t", f"{int(math.ceil(time_limit))}s", "--csv", str(out_prefix) + ".locust", "--only-summary"],
+         "-t", f"{int(math.ceil(time_limit))}s", "--csv", str(files.locust_csv_prefix), "--only-summary"],
         stdout=master_log, stderr=subprocess.STDOUT, env=env)
     procs = [subprocess.Popen([sys.executable, "-m", "locust", *common, "--worker", "--master-host", "127.0.0.1",
                                "--master-port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env=env) for _ in range(workers)]
-    notes = []
+    notes, interrupted = [], False
     try:
         master.wait(time_limit + 120)
     except subprocess.TimeoutExpired:
         notes.append("the Locust master did not finish in time and was stopped")
+        master.terminate()
+    except KeyboardInterrupt:
+        interrupted = True
         master.terminate()
     finally:
         for p in procs:
@@ -75,23 +80,22 @@ def run_locust(base_url: str, opts: dict, workers: int, out_prefix: Path, time_l
             except subprocess.TimeoutExpired:
                 p.kill()
         master_log.close()
-    log = Path(f"{out_prefix}.locust-master.log").read_text(errors="replace")
+    log = files.locust_log.read_text(errors="replace")
     dead = log.count("failed to send heartbeat")
     if dead:
         notes.append(f"{dead} Locust worker(s) stopped answering mid-run; their records up to then are kept")
-    return merge(records_dir, Path(f"{out_prefix}.records.jsonl")), notes
+    return merge(records_dir, files.records), notes, interrupted
 
 
 def merge(records_dir: Path, target: Path) -> list:
     """All workers' records on one time base (the earliest worker start), written as one records file."""
-    metas = {json.loads(p.read_text())["worker"]: json.loads(p.read_text())
-             for p in records_dir.glob("*.meta.json")}
+    metas = {meta["worker"]: meta for meta in worker_metas(records_dir)}
     if not metas:
         return []
     origin = min(m["t0_wall"] for m in metas.values())
     merged = []
     for name, meta in sorted(metas.items()):
-        path = records_dir / f"{name}.records.jsonl"
+        path = worker_records(records_dir, name)
         if not path.is_file():
             continue
         shift = meta["t0_wall"] - origin

@@ -21,6 +21,7 @@ from locust.exception import StopUser
 
 from llmbench import arrivals, client, datasets
 from llmbench.records import RecordWriter, RequestRecord
+from llmbench.results import worker_meta, worker_records
 
 _state: dict = {}
 
@@ -73,11 +74,11 @@ def _prepare(environment, **_kwargs) -> None:
 
 
 def _build(opts, host: str) -> None:
-    from llmbench.bench import Target, describe_target, load_tokenizer
+    from llmbench.target import Target, describe_target, load_tokenizer
 
     host = host.rstrip("/")
     target: Target = describe_target(host, opts.llm_model or None, None, bundled=False)
-    tokenizer, _ = load_tokenizer(opts.llm_tokenizer or None, target)
+    tokenizer, _, _ = load_tokenizer(opts.llm_tokenizer or None, target)
     ds_options = json.loads(opts.llm_dataset_options or "{}")
     if opts.llm_dataset_path:
         ds_options["path"] = opts.llm_dataset_path
@@ -139,9 +140,9 @@ def _setup(environment) -> dict:
     else:
         t0_wall = time.time() + 0.1
     t0 = time.perf_counter() + (t0_wall - time.time())
-    (out / f"{name}.meta.json").write_text(json.dumps({"worker": name, "t0_wall": t0_wall, "pid": os.getpid()}))
+    worker_meta(out, name).write_text(json.dumps({"worker": name, "t0_wall": t0_wall, "pid": os.getpid()}))
     _state.update(mine=[i for i in range(len(_state["requests"])) if i % workers == index],
-                  writer=RecordWriter(out / f"{name}.records.jsonl"), name=name, t0=t0,
+                  writer=RecordWriter(worker_records(out, name)), name=name, t0=t0,
                   closed=itertools.count(index, workers))
     return _state
 
@@ -202,7 +203,7 @@ class LLMUser(User):
             with self.session.post(st["url"], json=body, stream=True, timeout=600) as resp:
                 record.status = resp.status_code
                 if resp.status_code != 200:
-                    record.error = client._error_text(resp.text, resp.status_code)
+                    record.error = client.error_text(resp.text, resp.status_code)
                 else:
                     buffer = b""
                     for data in resp.iter_content(chunk_size=None):

@@ -14,27 +14,8 @@ import numpy as np
 
 from llmbench.records import RequestRecord
 
-GOODPUT_KEYS = ("ttft", "tpot", "e2el")
 SEND_LAG_LIMIT_MS = 10.0  # P99 send lag above this: the client, not the server, set the pace
 ACHIEVED_RATE_FLOOR = 0.95
-
-
-def parse_goodput(specs: list[str] | tuple[str, ...] | str | None) -> dict[str, float]:
-    """`ttft:500 tpot:50 e2el:3000` (milliseconds) -> {"ttft": 500.0, ...}; vLLM's rules."""
-    if not specs:
-        return {}
-    if isinstance(specs, str):
-        specs = specs.replace(",", " ").split()
-    slos = {}
-    for spec in specs:
-        key, sep, value = spec.partition(":")
-        if not sep or key not in GOODPUT_KEYS:
-            raise ValueError(f"bad goodput SLO {spec!r}: use ttft:MS, tpot:MS or e2el:MS")
-        ms = float(value)
-        if ms < 0:
-            raise ValueError(f"goodput SLO {spec!r} must be non-negative")
-        slos[key] = ms
-    return slos
 
 
 def output_tokens(r: RequestRecord) -> int:
@@ -89,7 +70,8 @@ def max_concurrent_requests(records: list[RequestRecord]) -> int:
 def compute(records: list[RequestRecord], duration: float | None = None,
             percentiles: tuple[float, ...] = (50, 90, 95, 99), goodput: dict[str, float] | None = None,
             requested_rate: float | None = None) -> dict:
-    """The result dict: vLLM `--save-result` keys plus llmbench extras."""
+    """The result dict: vLLM `--save-result` keys plus llmbench extras. `goodput`: SLO bounds in ms by key
+    (ttft, tpot, e2el), as `SLO.bounds` gives them; `slo_attainment` is the fraction of requests within all."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.success]
     if duration is None:
@@ -119,10 +101,12 @@ def compute(records: list[RequestRecord], duration: float | None = None,
         good = sum(1 for r in ok if _meets(r, goodput))
         result["request_goodput"] = good / duration
         result["goodput_slos_ms"] = goodput
+        result["slo_attainment"] = good / len(measured) if measured else None
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", latencies)):
         result |= stats_ms(values, name, percentiles)
     result |= client_health(measured, percentiles, requested_rate)
     result["steady_completion_rate"] = steady_completion_rate(measured, ok, latencies)
+    result |= growth(measured)
     result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in measured if not r.success))
     return result
 
@@ -139,6 +123,33 @@ def steady_completion_rate(measured: list[RequestRecord], ok: list[RequestRecord
     if last - begin < 0.25 * (last - first) or last <= begin:
         return None
     return sum(1 for r in ok if begin <= r.end <= last) / (last - begin)
+
+
+def growth(measured: list[RequestRecord]) -> dict[str, float | None]:
+    """How much the load built up while requests arrived: E2E latency and requests in flight over the last
+    third of the arrival window, relative to the middle third (the first third is the ramp-up). A server
+    under capacity holds both steady; one past it lets both climb for as long as arrivals continue."""
+    out: dict[str, float | None] = {"latency_growth": None, "in_flight_growth": None}
+    done = [r for r in measured if r.end > r.start]
+    if len(done) < 30:
+        return out
+    starts = np.array([r.start for r in done])
+    ends = np.array([r.end for r in done])
+    first, last = starts.min(), starts.max()
+    if last <= first:
+        return out
+    cut1, cut2 = first + (last - first) / 3, first + 2 * (last - first) / 3
+    lat = ends - starts
+    middle, late = lat[(starts >= cut1) & (starts < cut2)], lat[starts >= cut2]
+    if len(middle) >= 10 and len(late) >= 10:
+        out["latency_growth"] = float(np.median(late) / max(np.median(middle), 1e-9))
+    grid_mid, grid_late = np.linspace(cut1, cut2, 20), np.linspace(cut2, last, 20)
+
+    def in_flight(times: np.ndarray) -> float:
+        return float(np.mean([np.sum((starts <= t) & (ends > t)) for t in times]))
+
+    out["in_flight_growth"] = in_flight(grid_late) / max(in_flight(grid_mid), 1.0)
+    return out
 
 
 def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:
@@ -159,7 +170,7 @@ def client_health(records: list[RequestRecord], percentiles: tuple[float, ...],
     out |= stats_ms(lags, "send_lag", percentiles)
     out |= stats_ms(queue, "client_queue_time", percentiles)
     p99_lag = float(np.percentile(np.asarray(lags) * 1000, 99))
-    behind = requested_rate is not None and math.isfinite(requested_rate) and len(records) > 10 and \
-        achieved < ACHIEVED_RATE_FLOOR * requested_rate
-    out["client_overloaded"] = bool(p99_lag > SEND_LAG_LIMIT_MS or behind)
+    scheduled = requested_rate is not None and math.isfinite(requested_rate)  # at rate inf everything is "late"
+    behind = scheduled and len(records) > 10 and achieved < ACHIEVED_RATE_FLOOR * requested_rate
+    out["client_overloaded"] = bool(scheduled and (p99_lag > SEND_LAG_LIMIT_MS or behind))
     return out

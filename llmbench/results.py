@@ -1,18 +1,126 @@
-"""Read a results folder back: per-rate results, per-request records as DataFrames, scraped series."""
+"""The results folder: the only place its file names and labels are spelled; writes it and reads it back.
+
+    metadata.json                 target, dataset, tokenizer, machine, the run's options
+    <label>.json                  one load level: vLLM `--save-result` keys plus llmbench's extras
+    <label>.records.jsonl         per request, appended as each finishes (nothing measured is lost)
+    <label>.server_metrics.jsonl  the target's /metrics, scraped once a second
+    <label>.engine_steps.jsonl    the bundled engine's per-step statistics (for `llmbench plan`)
+    <label>.locust/               Locust transport: one records file and one meta file per worker
+    summary.csv                   one row per load level; plan.json, report.html after plan/sweep
+    engine.log                    the bundled engine's output, when llmbench started it
+
+A label names a load level: `rate-10`, `rate-inf`, `rate-10-c64` (with a concurrency cap), `users-8`.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from llmbench.records import read_records, records_frame
 
+METADATA, SUMMARY, PLAN, REPORT = "metadata.json", "summary.csv", "plan.json", "report.html"
+ENGINE_LOG = "engine.log"  # the bundled engine's output, when llmbench started it
+NOT_RESULTS = (METADATA, PLAN)
+SUMMARY_KEYS = ["label", "request_rate", "achieved_rate", "completed", "failed", "request_throughput",
+                "request_goodput", "slo_attainment", "output_throughput", "total_token_throughput", "mean_ttft_ms",
+                "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms",
+                "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms", "p99_send_lag_ms",
+                "client_overloaded", "saturated", "interrupted"]
+SPEC_KEYS = ["spec_draft_tokens", "spec_accepted_tokens", "spec_acceptance_rate"]
 
+
+def label_for(rate: float, max_concurrency: int | None = None, users: int | None = None) -> str:
+    if users:
+        return f"users-{users}"
+    base = "rate-inf" if math.isinf(rate) else f"rate-{rate:g}"
+    return base + (f"-c{max_concurrency}" if max_concurrency else "")
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where one load level's files go."""
+
+    folder: Path
+    label: str
+
+    @property
+    def result(self) -> Path:
+        return self.folder / f"{self.label}.json"
+
+    @property
+    def records(self) -> Path:
+        return self.folder / f"{self.label}.records.jsonl"
+
+    @property
+    def server_metrics(self) -> Path:
+        return self.folder / f"{self.label}.server_metrics.jsonl"
+
+    @property
+    def engine_steps(self) -> Path:
+        return self.folder / f"{self.label}.engine_steps.jsonl"
+
+    @property
+    def locust_dir(self) -> Path:
+        return self.folder / f"{self.label}.locust"
+
+    @property
+    def locust_csv_prefix(self) -> Path:
+        return self.folder / f"{self.label}.locust"
+
+    @property
+    def locust_log(self) -> Path:
+        return self.folder / f"{self.label}.locust-master.log"
+
+
+def worker_records(folder: Path, worker: str) -> Path:
+    return Path(folder) / f"{worker}.records.jsonl"
+
+
+def worker_meta(folder: Path, worker: str) -> Path:
+    return Path(folder) / f"{worker}.meta.json"
+
+
+def worker_metas(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.meta.json"))]
+
+
+# -- writing -----------------------------------------------------------------------------------------------
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def write_metadata(folder: Path, meta: dict) -> None:
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    body = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **meta, "machine": machine()}
+    (Path(folder) / METADATA).write_text(json.dumps(body, indent=2, default=str))
+
+
+def write_result(files: RunFiles, body: dict) -> dict:
+    body = {**body, "label": files.label, "records_file": files.records.name}
+    files.result.write_text(json.dumps(body, indent=2, default=str))
+    return body
+
+
+def write_summary(folder: Path, rows: list[dict]) -> Path:
+    keys = SUMMARY_KEYS + [k for k in SPEC_KEYS if any(k in row for row in rows)]
+    path = Path(folder) / SUMMARY
+    pd.DataFrame([{k: row.get(k) for k in keys} for row in rows]).to_csv(path, index=False)
+    return path
+
+
+# -- reading -----------------------------------------------------------------------------------------------
 def result_files(folder: Path | str) -> list[Path]:
     folder = Path(folder)
-    files = [p for p in folder.glob("*.json") if p.name not in ("metadata.json", "plan.json")]
+    files = [p for p in folder.glob("*.json") if p.name not in NOT_RESULTS]
     return sorted(files, key=lambda p: (_rate_key(json.loads(p.read_text()).get("request_rate")), p.name))
 
 
@@ -29,8 +137,13 @@ def load_results(folder: Path | str) -> list[dict]:
 
 
 def load_metadata(folder: Path | str) -> dict:
-    path = Path(folder) / "metadata.json"
+    path = Path(folder) / METADATA
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def records_path(folder: Path | str, result: dict) -> Path:
+    """A result's records file (named in the result; older results only by their label)."""
+    return Path(folder) / result.get("records_file", RunFiles(Path(folder), result["label"]).records.name)
 
 
 def load_records(folder: Path | str, label: str | None = None) -> pd.DataFrame:
@@ -40,7 +153,7 @@ def load_records(folder: Path | str, label: str | None = None) -> pd.DataFrame:
     for result in load_results(folder):
         if label is not None and result["label"] != label:
             continue
-        path = folder / result.get("records_file", f"{result['label']}.records.jsonl")
+        path = records_path(folder, result)
         if path.is_file():
             frame = records_frame(read_records(path))
             frame.insert(0, "label", result["label"])
@@ -49,8 +162,17 @@ def load_records(folder: Path | str, label: str | None = None) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
 def load_server_metrics(folder: Path | str, label: str) -> pd.DataFrame:
-    path = Path(folder) / f"{label}.server_metrics.jsonl"
-    if not path.is_file():
-        return pd.DataFrame()
-    return pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+    return pd.DataFrame(_jsonl(RunFiles(Path(folder), label).server_metrics))
+
+
+def load_engine_steps(folder: Path | str, label: str | None = None) -> list[dict]:
+    """The bundled engine's per-step statistics of one label, or of every label in the folder."""
+    folder = Path(folder)
+    if label is not None:
+        return _jsonl(RunFiles(folder, label).engine_steps)
+    return [step for path in sorted(folder.glob("*.engine_steps.jsonl")) for step in _jsonl(path)]

@@ -6,8 +6,8 @@ import asyncio
 import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -16,10 +16,12 @@ import uvloop
 from llmbench import client, metrics
 from llmbench.datasets import Request
 from llmbench.records import RecordWriter, RequestRecord
+from llmbench.results import RunFiles
 from llmbench.scrape import Scraper, spec_decode_summary
 
 DEAD_TARGET_FAILURES = 10  # consecutive connection failures that end a run early
 WARM_CONNECTIONS = 32
+PROGRESS_INTERVAL = 0.5
 
 
 @dataclass
@@ -36,12 +38,10 @@ class RunConfig:
     temperature: float | None = None
     request_timeout: float = 600.0
     percentiles: tuple[float, ...] = (50, 90, 95, 99)
-    goodput: dict[str, float] = field(default_factory=dict)
+    goodput: dict[str, float] = field(default_factory=dict)  # SLO bounds in ms (SLO.bounds)
     think_time: float = 0.0  # multi-turn: seconds between a reply and the next user turn
     api_key: str | None = None
     scrape: bool = True
-    progress: bool = True
-    label: str = ""
 
 
 @dataclass
@@ -50,28 +50,51 @@ class RunResult:
     metrics: dict
     notes: list[str]
     server_series: list[dict]
+    target_down: bool = False
+    interrupted: bool = False
+
+
+@dataclass
+class Progress:
+    """A live view of a run, handed to the progress callback twice a second."""
+
+    elapsed: float
+    total: int
+    sent: int
+    done: int
+    failed: int
+    output_tokens: int
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.done
 
 
 class Run:
-    def __init__(self, cfg: RunConfig, requests: list[Request], offsets: np.ndarray, out_prefix: Path | None) -> None:
+    def __init__(self, cfg: RunConfig, requests: list[Request], offsets: np.ndarray, files: RunFiles | None,
+                 on_progress: Callable[[Progress], None] | None = None) -> None:
         if cfg.backend not in client.BACKENDS:
             raise ValueError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(client.BACKENDS)}")
-        self.cfg, self.requests, self.offsets = cfg, requests, offsets
+        self.cfg, self.requests, self.offsets, self.files = cfg, requests, offsets, files
         self.url = cfg.base_url.rstrip("/") + client.BACKENDS[cfg.backend]
         self.headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-        self.out_prefix = out_prefix
+        self.on_progress = on_progress
         self.records: list[RequestRecord] = []
         self.notes: list[str] = []
-        self.writer = RecordWriter(Path(f"{out_prefix}.records.jsonl")) if out_prefix else None
+        self.writer = RecordWriter(files.records) if files else None
         self.consecutive_conn_failures = 0
         self.target_down = asyncio.Event()
         self.semaphore = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         self.t0 = 0.0
         self.next_index = 0
         self.num_dispatched = 0
+        self.live = {"done": 0, "failed": 0, "tokens": 0, "ttft": [], "tpot": []}
 
     async def execute(self) -> RunResult:
         cfg = self.cfg
+        interrupted = False
         async with client.make_session(cfg.max_concurrency or 0, cfg.request_timeout) as session:
             self.session = session
             await self._open_connections()
@@ -80,11 +103,10 @@ class Run:
             self.t0 = time.perf_counter()
             scraper = None
             if cfg.scrape:
-                out = Path(f"{self.out_prefix}.server_metrics.jsonl") if self.out_prefix else None
-                steps = Path(f"{self.out_prefix}.engine_steps.jsonl") if self.out_prefix else None
-                scraper = Scraper(session, cfg.base_url.rstrip("/"), out, self.t0, steps_out=steps)
+                scraper = Scraper(session, cfg.base_url.rstrip("/"), self.files.server_metrics if self.files else None,
+                                  self.t0, steps_out=self.files.engine_steps if self.files else None)
                 scraper.start()
-            progress = asyncio.create_task(self._progress()) if cfg.progress else None
+            progress = asyncio.create_task(self._progress()) if self.on_progress else None
             tasks = []
             try:
                 for req, offset in zip(self.requests, self.offsets, strict=False):
@@ -96,6 +118,8 @@ class Run:
                     tasks.append(asyncio.create_task(self._conversation(req, float(offset))))
                     self.num_dispatched += 1
                 await asyncio.gather(*tasks)
+            except asyncio.CancelledError:  # Ctrl-C: keep what was measured, report it as interrupted
+                interrupted = True
             finally:
                 for task in tasks:
                     task.cancel()
@@ -104,20 +128,24 @@ class Run:
                     await scraper.stop()
                 if progress:
                     progress.cancel()
+                    self._report()
                 if self.writer:
                     self.writer.close()
+        measured = sum(1 for r in self.records if not r.warmup)
         if self.target_down.is_set():
-            sent = sum(1 for r in self.records if not r.warmup)
             self.notes.append(f"the target stopped answering ({DEAD_TARGET_FAILURES} connection failures in a row); "
-                              f"the run ended early after {sent} of {len(self.requests)} requests")
+                              f"the run ended early after {measured} of {len(self.requests)} requests")
+        if interrupted:
+            self.notes.append(f"interrupted after {measured} of {len(self.requests)} requests")
         result = metrics.compute(self.records, duration, cfg.percentiles, cfg.goodput, cfg.rate)
         if scraper:
             result |= spec_decode_summary(scraper.points)
-        if result["client_overloaded"]:
+        if result["client_overloaded"] and not (self.target_down.is_set() or interrupted):
             self.notes.append(f"client overloaded: achieved {result['achieved_rate']:.2f} req/s of "
-                              f"{cfg.rate} requested, P99 send lag {result['p99_send_lag_ms']:.1f} ms — figures "
+                              f"{cfg.rate:g} requested, P99 send lag {result['p99_send_lag_ms']:.1f} ms — figures "
                               "may reflect the client's limit, not the server's")
-        return RunResult(self.records, result, self.notes, scraper.points if scraper else [])
+        return RunResult(self.records, result, self.notes, scraper.points if scraper else [],
+                         self.target_down.is_set(), interrupted)
 
     async def _open_connections(self) -> None:
         """Fill the keep-alive pool before the clock starts, so early requests do not pay TCP set-up."""
@@ -173,6 +201,16 @@ class Run:
         self.records.append(record)
         if self.writer:
             self.writer.write(record)
+        if not record.warmup:
+            live = self.live
+            live["done"] += 1
+            if record.success:
+                live["tokens"] += metrics.output_tokens(record)
+                live["ttft"].append(record.ttft * 1000)
+                if (t := metrics.tpot(record)) is not None:
+                    live["tpot"].append(t * 1000)
+            else:
+                live["failed"] += 1
         if record.success:
             self.consecutive_conn_failures = 0
         elif record.status is None:  # no HTTP answer at all
@@ -181,40 +219,24 @@ class Run:
                 self.target_down.set()
 
     async def _progress(self) -> None:
-        from rich.live import Live
+        while True:
+            self._report()
+            await asyncio.sleep(PROGRESS_INTERVAL)
 
-        total = len(self.requests)
-        with Live(self._render(total), refresh_per_second=2, transient=False) as live:
-            while True:
-                await asyncio.sleep(0.5)
-                live.update(self._render(total))
-
-    def _render(self, total: int):
-        from rich.table import Table
-
-        done = [r for r in self.records if not r.warmup]
-        ok = [r for r in done if r.success]
-        ttft = [r.ttft * 1000 for r in ok]
-        tpots = [t * 1000 for r in ok if (t := metrics.tpot(r)) is not None]
-        elapsed = max(time.perf_counter() - self.t0, 1e-9)
-        table = Table(box=None, show_header=True, title=f"{self.cfg.label or 'run'}")
-        for col in ("done", "failed", "achieved req/s", "TTFT P50/P99 ms", "TPOT P50/P99 ms"):
-            table.add_column(col, justify="right")
-
-        def p(values, q):
-            return f"{np.percentile(values, q):.0f}" if values else "-"
-
-        table.add_row(f"{len(done)}/{total}", str(len(done) - len(ok)), f"{self.num_dispatched / elapsed:.2f}",
-                      f"{p(ttft, 50)}/{p(ttft, 99)}", f"{p(tpots, 50)}/{p(tpots, 99)}")
-        return table
+    def _report(self) -> None:
+        live = self.live
+        self.on_progress(Progress(time.perf_counter() - self.t0, len(self.requests), self.num_dispatched,
+                                  live["done"], live["failed"], live["tokens"], live["ttft"], live["tpot"]))
 
 
-def execute(cfg: RunConfig, requests: list[Request], offsets: np.ndarray, out_prefix: Path | None) -> RunResult:
+def execute(cfg: RunConfig, requests: list[Request], offsets: np.ndarray, files: RunFiles | None,
+            on_progress: Callable[[Progress], None] | None = None) -> RunResult:
     """One run on a fresh event loop (uvloop: timer and socket wake-ups several times cheaper than asyncio's),
-    with the garbage collector's existing objects frozen as vLLM does, so collections stay short."""
+    with the garbage collector's existing objects frozen as vLLM does, so collections stay short. Ctrl-C ends
+    the run with what was measured (`interrupted`) rather than losing it."""
     gc.collect()
     gc.freeze()
     try:
-        return uvloop.run(Run(cfg, requests, offsets, out_prefix).execute())
+        return uvloop.run(Run(cfg, requests, offsets, files, on_progress).execute())
     finally:
         gc.unfreeze()

@@ -57,6 +57,6 @@ def to_options(data: dict) -> dict:
     if "backend" in data:
         opts["backend"] = data["backend"]
     if data.get("slo"):
-        opts["goodput"] = " ".join(f"{k}:{v}" for k, v in data["slo"].items())
+        opts["slo"] = ",".join(f"{k}={v}" for k, v in data["slo"].items())
     opts["engine_flags"] = dict(data.get("engine") or {})
     return opts

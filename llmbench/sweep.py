@@ -1,33 +1,250 @@
-"""Rates -> runs, stopping once the server is saturated."""
+"""A sweep (or one run): the rates, the loop over them, saturation, and the transport that sends the load.
+
+`SweepPlan` is built once from the command line (or a scenario); `run_sweep` resolves the target, builds
+each rate's workload and schedule, runs it with the native asyncio client or Locust, writes the results
+folder through `llmbench.results`, and stops once the server is saturated. `llmbench run` is a sweep of one
+rate that never stops early.
+"""
 
 from __future__ import annotations
 
-FAILURE_LIMIT = 0.05  # fraction of failed requests that ends a sweep
-THROUGHPUT_GAIN = 1.05  # below this gain over the best earlier rate, throughput has stopped growing
-TTFT_CLIMB = 2.0  # ...while P99 TTFT at least doubled: queueing has taken over
-SERVED_FLOOR = 0.8  # steady completions per second below this fraction of the offered rate: the queue grows
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from llmbench import __version__, arrivals, datasets, metrics, results
+from llmbench.runner import Progress, RunConfig, RunResult, execute
+from llmbench.slo import SLO, Capacity, capacity
+from llmbench.target import Target, load_tokenizer, open_target, quantization_mode
+
+DEFAULT_PROMPTS = 200  # requests per rate when neither --num-prompts nor a (finite-rate) --duration is given
+SERVED_FLOOR = 0.9  # completions per second below this fraction of the offered rate: falling behind
+GROWTH = 1.5  # latency or requests in flight this much higher late in the run than mid-run: the backlog grows
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 
 
-def served(result: dict) -> float:
-    steady = result.get("steady_completion_rate")
-    return steady if steady is not None else result["request_throughput"]
+@dataclass
+class Workload:
+    dataset: str = "sharegpt"
+    options: dict = field(default_factory=dict)  # the dataset builder's own keywords
+    num_prompts: int | None = None
+    duration: float | None = None  # seconds of arrivals per rate (finite rates; wins over num_prompts)
+    seed: int = 0
+    ignore_eos: bool = False
+    temperature: float | None = None
+    backend: str = "openai"
+    think_time: float = 0.0
+
+    def count(self, rate: float) -> int:
+        if self.duration is not None and math.isfinite(rate):
+            return max(int(rate * self.duration), 1)
+        return self.num_prompts or DEFAULT_PROMPTS
 
 
-def saturation(history: list[dict], current: dict) -> str | None:
-    """Why the sweep should stop after `current`, or None to go on."""
+@dataclass
+class SweepPlan:
+    rates: list[float]
+    out: Path
+    workload: Workload = field(default_factory=Workload)
+    base_url: str | None = None  # None: start the bundled engine for the duration
+    model: str | None = None
+    tokenizer: str | None = None
+    api_key: str | None = None
+    engine_flags: dict = field(default_factory=dict)
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    warmup: int = 0
+    request_timeout: float = 600.0
+    percentiles: tuple[float, ...] = (50, 90, 95, 99)
+    slo: SLO = field(default_factory=SLO)
+    transport: str = "native"  # or "locust"
+    workers: int = 2
+    users: int | None = None  # Locust closed loop
+    stop_when_saturated: bool = True
+    max_failure_rate: float = 0.05
+    args: dict = field(default_factory=dict)  # the command line as given, for metadata.json
+
+
+@dataclass
+class SweepOutcome:
+    rows: list[dict]
+    stop_reason: str | None = None
+    capacity: Capacity | None = None
+    failure: str | None = None  # why the run counts as failed (target died, too many failures)
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.failure else EXIT_OK
+
+
+class View:
+    """What a sweep tells its user; the command line's live display implements it (this one stays quiet)."""
+
+    def target(self, target: Target, description: str, notes: list[str]) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def rate_started(self, index: int, count: int, rate: float, requests: int) -> None: ...
+
+    def progress(self, snapshot: Progress) -> None: ...
+
+    def rate_done(self, row: dict) -> None: ...
+
+
+def served(row: dict) -> float:
+    """Completions per second while requests still arrived (the drain after the last arrival excluded)."""
+    steady = row.get("steady_completion_rate")
+    return steady if steady is not None else row["request_throughput"]
+
+
+def saturation(history: list[dict], current: dict, max_failure_rate: float = 0.05) -> str | None:
+    """Why the sweep should stop after `current`, or None. Saturation needs evidence that holds on a short run:
+    completions fall behind the offered rate *and* latency or the number of requests in flight keeps growing
+    while requests arrive. `history` (earlier rates) is kept for rules that compare rates."""
     total = current["completed"] + current["failed"]
-    if total and current["failed"] / total > FAILURE_LIMIT:
+    if total and current["failed"] / total > max_failure_rate:
         return f"{current['failed']} of {total} requests failed"
     rate = current.get("request_rate")
-    if history and isinstance(rate, int | float) and rate > 0 and \
-            served(current) < SERVED_FLOOR * rate and served(history[-1]) < SERVED_FLOOR * history[-1]["request_rate"]:
-        return (f"saturated: {served(current):.2f} req/s completed of {rate:g} offered "
-                f"(and {served(history[-1]):.2f} of {history[-1]['request_rate']:g} before)")
-    if history:
-        best = max(h["output_throughput"] for h in history)
-        prev_ttft = history[-1]["p99_ttft_ms"]
-        if current["output_throughput"] < THROUGHPUT_GAIN * best and prev_ttft > 0 and \
-                current["p99_ttft_ms"] > TTFT_CLIMB * prev_ttft:
-            return (f"saturated: output throughput {current['output_throughput']:.0f} tok/s did not grow beyond "
-                    f"{best:.0f} while P99 TTFT rose from {prev_ttft:.0f} to {current['p99_ttft_ms']:.0f} ms")
-    return None
+    if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        return None
+    if served(current) >= SERVED_FLOOR * rate:
+        return None
+    grew = [f"{what} rose {current[key]:.1f}x from mid-run to the end"
+            for key, what in (("latency_growth", "E2E latency"), ("in_flight_growth", "requests in flight"))
+            if (current.get(key) or 0) >= GROWTH]
+    if not grew:
+        return None
+    return f"saturated: {served(current):.2f} req/s done of {rate:g} offered, and {' and '.join(grew)}"
+
+
+def run_sweep(plan: SweepPlan, view: View | None = None,
+              on_start: Callable[[Target], None] | None = None) -> SweepOutcome:
+    """Measure every rate of the plan (or until saturated, interrupted, or the target stops answering)."""
+    view = view or View()
+    outcome = SweepOutcome([])
+    log = plan.out / results.ENGINE_LOG if plan.base_url is None else None
+    with open_target(plan.base_url, plan.model, plan.engine_flags, log, plan.api_key) as target:
+        tokenizer, tokenizer_id, fallback = load_tokenizer(plan.tokenizer, target)
+        notes = [f"no local tokenizer for {target.model!r}: lengths are counted with the bundled model's tokenizer "
+                 "(pass --tokenizer DIR for exact lengths)"] if fallback else []
+        config = (target.server_info.get("version") or {}).get("config")
+        view.target(target, quantization_mode(config) if config else "", notes)
+        if on_start:
+            on_start(target)
+        try:
+            for index, rate in enumerate(plan.rates):
+                if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
+                    break
+        except KeyboardInterrupt:  # between runs (a run itself ends cleanly on Ctrl-C, marked interrupted)
+            outcome.interrupted = True
+    finite = [r for r in outcome.rows if isinstance(r["request_rate"], int | float) and r["completed"]]
+    if finite:
+        outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0}
+                                     for r in finite], plan.slo)
+    return outcome
+
+
+def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str, index: int, rate: float,
+                  outcome: SweepOutcome, view: View) -> bool:
+    """One rate: workload, schedule, run, result files. False when the sweep must stop here."""
+    requests, info = datasets.build(plan.workload.dataset, tokenizer, plan.workload.count(rate),
+                                    plan.workload.seed, **plan.workload.options)
+    if index == 0:
+        results.write_metadata(plan.out, _metadata(plan, target, info, tokenizer_id))
+        for text in info.notes:
+            view.note(text)
+    files = results.RunFiles(plan.out, results.label_for(rate, plan.max_concurrency, plan.users))
+    view.rate_started(index, len(plan.rates), rate, len(requests))
+    if plan.transport == "locust":
+        run, extra = _locust(plan, target, rate, requests, tokenizer_id, files)
+    else:
+        offsets = arrivals.send_offsets(requests, rate, plan.burstiness, plan.workload.seed)
+        run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
+    body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
+    body["saturated"] = None if run.interrupted else saturation(outcome.rows, body, plan.max_failure_rate)
+    body["interrupted"] = run.interrupted
+    row = results.write_result(files, body)
+    outcome.rows.append(row)
+    results.write_summary(plan.out, outcome.rows)
+    view.rate_done(row)
+    total = row["completed"] + row["failed"]
+    if run.interrupted:
+        outcome.interrupted = True
+    elif run.target_down:
+        outcome.failure = next(n for n in run.notes if "stopped answering" in n)
+    elif total and row["failed"] / total > plan.max_failure_rate:
+        outcome.failure = (f"{row['failed']} of {total} requests failed at {rate:g} req/s (more than "
+                           f"--max-failure-rate {plan.max_failure_rate:g})")
+    elif row["saturated"] and plan.stop_when_saturated and index + 1 < len(plan.rates):
+        outcome.stop_reason = f"stopping the sweep at {rate:g} req/s: {row['saturated']}"
+    return not (outcome.interrupted or outcome.failure or outcome.stop_reason)
+
+
+def _run_config(plan: SweepPlan, target: Target, rate: float) -> RunConfig:
+    w = plan.workload
+    return RunConfig(base_url=target.base_url, model=target.model, backend=w.backend, rate=rate,
+                     burstiness=plan.burstiness, max_concurrency=plan.max_concurrency, warmup=plan.warmup,
+                     seed=w.seed, ignore_eos=w.ignore_eos, temperature=w.temperature,
+                     request_timeout=plan.request_timeout, percentiles=plan.percentiles, goodput=plan.slo.bounds,
+                     think_time=w.think_time, api_key=plan.api_key)
+
+
+def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokenizer_id: str,
+            files: results.RunFiles) -> tuple[RunResult, dict]:
+    from llmbench.locust_runner import run_locust
+
+    w = plan.workload
+    options = {"dataset": w.dataset, "num_prompts": len(requests), "rate": rate, "burstiness": plan.burstiness,
+               "backend": w.backend, "seed": w.seed, "model": target.model, "tokenizer": tokenizer_id,
+               "dataset_options": {k: v for k, v in w.options.items() if k != "path"},
+               "dataset_path": w.options.get("path"), "ignore_eos": w.ignore_eos, "users": plan.users}
+    if plan.users:
+        limit = w.duration or 120.0
+    else:
+        limit = (len(requests) / rate if math.isfinite(rate) else 10.0) + 60.0
+    records, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit, plan.users)
+    result = metrics.compute(records, None, plan.percentiles, plan.slo.bounds, math.inf if plan.users else rate)
+    notes.append(f"Locust transport: {plan.workers} local worker(s)")
+    # a dead target shows as failed requests here (--max-failure-rate); a dead worker only loses its share
+    return (RunResult(records, result, notes, [], False, interrupted),
+            {"engine": "locust", "locust_workers": plan.workers})
+
+
+def _result_body(plan: SweepPlan, target: Target, rate: float, run: RunResult, info: datasets.DatasetInfo,
+                 tokenizer_id: str, extra: dict) -> dict:
+    """vLLM's `--save-result` keys, then llmbench's."""
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": plan.workload.backend,
+        "backend": plan.workload.backend,
+        "model_id": target.model,
+        "tokenizer_id": tokenizer_id,
+        "request_rate": "inf" if math.isinf(rate) or plan.users else rate,
+        "burstiness": plan.burstiness,
+        "max_concurrency": plan.max_concurrency,
+        **run.metrics,
+        "dataset": info.name,
+        "dataset_description": info.description,
+        "ignore_eos": plan.workload.ignore_eos,
+        "seed": plan.workload.seed,
+        "notes": run.notes,
+        "slo": plan.slo.bounds,
+        "slo_attainment_target": plan.slo.attainment,
+        "llmbench_version": __version__,
+        **extra,
+    }
+
+
+def _metadata(plan: SweepPlan, target: Target, info: datasets.DatasetInfo, tokenizer_id: str) -> dict:
+    return {"llmbench_version": __version__,
+            "target": {"base_url": target.base_url, "model": target.model, "bundled": target.bundled,
+                       **target.server_info},
+            "dataset": asdict(info), "tokenizer": tokenizer_id,
+            "slo": {**plan.slo.bounds, "attainment": plan.slo.attainment, "source": plan.slo.source},
+            "args": {k: v for k, v in plan.args.items() if k != "api_key"}}

@@ -31,9 +31,8 @@ def kernel_checks(device: str, dry: bool) -> dict:
     """The kernel test cases, without pytest: Triton against the torch backend."""
     import torch
 
-    from engine.kernels import triton_attention
+    from engine.attention import torch_backend, triton_backend
     from engine.kernels.decode_attention import split_kv_decode
-    from engine.layers import torch_attention
     from tests.kernel_cases import FP8, MIXED, make_batch
 
     dtypes = [torch.float32, torch.float16] + ([] if device == "cpu" else [torch.bfloat16])
@@ -42,17 +41,17 @@ def kernel_checks(device: str, dry: bool) -> dict:
         for heads, kv_heads, dim in ((4, 2, 16), (8, 2, 64), (6, 2, 24)) if not dry else ((4, 2, 16),):
             q, k, v, kc, vc, meta = make_batch(MIXED, heads, kv_heads, dim, dtype, seed=heads, device=device)
             kc2, vc2 = kc.clone(), vc.clone()
-            torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
-            ref = torch_attention.attend(q, k, v, kc, vc, meta, dim**-0.5)
-            triton_attention.store_kv(k, v, kc2, vc2, meta.slot_mapping)
-            out = triton_attention.attend(q, k, v, kc2, vc2, meta, dim**-0.5)
+            torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping)
+            ref = torch_backend.attend(q, k, v, kc, vc, meta, dim**-0.5)
+            triton_backend.store_kv(k, v, kc2, vc2, meta.slot_mapping)
+            out = triton_backend.attend(q, k, v, kc2, vc2, meta, dim**-0.5)
             results.append({"case": f"unified {str(dtype)[6:]} H{heads}/KV{kv_heads} d{dim}",
                             "store_exact": bool(torch.equal(kc, kc2) and torch.equal(vc, vc2)),
                             "max_abs_err": float((out.float() - ref.float()).abs().max())})
         q, k, v, kc, vc, meta = make_batch([(95, 1), (300, 1), (16, 1)], 8, 2, 64 if not dry else 16, dtype, seed=3,
                                            num_blocks=40, device=device)
-        torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
-        ref = torch_attention.attend(q, k, v, kc, vc, meta, 0.125)
+        torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping)
+        ref = torch_backend.attend(q, k, v, kc, vc, meta, 0.125)
         out = torch.zeros_like(q)
         one = torch.ones((), device=device)
         split_kv_decode(q, kc, vc, out, meta.block_tables, meta.seq_lens, meta.decode_token_rows, meta.decode_seqs,
@@ -65,10 +64,10 @@ def kernel_checks(device: str, dry: bool) -> dict:
         k, v = (k / ks).to(fp8).float() * ks, (v / vs).to(fp8).float() * vs
         kc8, vc8 = kc.to(fp8), vc.to(fp8)
         kc8t, vc8t = kc8.clone(), vc8.clone()
-        torch_attention.store_kv(k, v, kc8, vc8, meta.slot_mapping, ks, vs)
-        triton_attention.store_kv(k, v, kc8t, vc8t, meta.slot_mapping, ks, vs)
-        ref = torch_attention.attend(q, k, v, kc8, vc8, meta, 0.25, ks, vs)
-        out = triton_attention.attend(q, k, v, kc8t, vc8t, meta, 0.25, ks, vs)
+        torch_backend.store_kv(k, v, kc8, vc8, meta.slot_mapping, ks, vs)
+        triton_backend.store_kv(k, v, kc8t, vc8t, meta.slot_mapping, ks, vs)
+        ref = torch_backend.attend(q, k, v, kc8, vc8, meta, 0.25, ks, vs)
+        out = triton_backend.attend(q, k, v, kc8t, vc8t, meta, 0.25, ks, vs)
         results.append({"case": f"unified {name} KV", "store_exact": bool(torch.equal(kc8.view(torch.uint8),
                                                                                       kc8t.view(torch.uint8))),
                         "max_abs_err": float((out - ref).abs().max())})
@@ -97,9 +96,8 @@ def attention_timing(device: str, dry: bool) -> dict:
     """Decode attention: Triton unified and split-KV against the torch backend and the bandwidth floor."""
     import torch
 
-    from engine.kernels import triton_attention
+    from engine.attention import torch_backend, triton_backend
     from engine.kernels.decode_attention import split_kv_decode
-    from engine.layers import torch_attention
     from tests.kernel_cases import make_batch
 
     def timed(fn, reps: int) -> float:
@@ -126,8 +124,8 @@ def attention_timing(device: str, dry: bool) -> dict:
         q, k, v, kc, vc, meta = make_batch([(ctx - 1, 1)] * batch, heads, kv_heads, dim, dtype, seed=1,
                                            num_blocks=blocks, device=device)
         reps = 20 if not dry else 1
-        t_torch = timed(partial(torch_attention.attend, q, k, v, kc, vc, meta, dim**-0.5), reps)
-        t_unified = timed(partial(triton_attention.unified_attention_only, q, kc, vc, meta, dim**-0.5), reps)
+        t_torch = timed(partial(torch_backend.attend, q, k, v, kc, vc, meta, dim**-0.5), reps)
+        t_unified = timed(partial(triton_backend.unified_attention_only, q, kc, vc, meta, dim**-0.5), reps)
         out = torch.empty_like(q)
         one = torch.ones((), device=device)
         t_split = timed(partial(split_kv_decode, q, kc, vc, out, meta.block_tables, meta.seq_lens,
@@ -177,7 +175,7 @@ def short_sweep(device: str, dry: bool, home: str, out_dir: Path) -> dict:
                            capture_output=True, text=True, env={**os.environ, "LLMBENCH_HOME": home}).stdout.strip()
     flags = ["--device", device] + (["--dtype", "bfloat16", "--kv-cache-memory", "8GiB"] if not dry else
                                     ["--kv-cache-memory", "64MiB"])
-    server = subprocess.Popen([sys.executable, "-m", "engine.server", "--model", model, "--port", str(port), *flags],
+    server = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", model, "--port", str(port), *flags],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:

@@ -17,14 +17,14 @@ if not os.path.exists("/dev/nvidia0"):
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    from llmbench.modelbuild import build_model
+    from bundled.modelbuild import build_model
 
     return build_model("tiny")
 
 
 @pytest.fixture(scope="session")
 def small_model() -> Path:
-    from llmbench.modelbuild import build_model
+    from bundled.modelbuild import build_model
 
     return build_model("small")
 
@@ -45,7 +45,7 @@ class InProcessServer:
 
         from aiohttp import web
 
-        from engine.server import STATE, build_app
+        from engine.serve.server import STATE, build_app
 
         self.app = build_app(llm, **app_kwargs)
         self.state = self.app[STATE]

@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from engine.layers.attention import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
 
 BLOCK = 16
 FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

@@ -36,31 +36,46 @@ def test_parse_rates():
             arrivals.parse_rates(bad)
 
 
-def test_saturation_rules():
-    base = {"completed": 100, "failed": 0, "output_throughput": 1000.0, "p99_ttft_ms": 100.0}
+def test_saturation_needs_falling_behind_and_a_growing_backlog():
+    base = {"completed": 100, "failed": 0, "request_rate": 10.0, "request_throughput": 9.9,
+            "steady_completion_rate": 9.9, "latency_growth": 1.0, "in_flight_growth": 1.0}
     assert saturation([], base) is None
-    grew = base | {"output_throughput": 1500.0, "p99_ttft_ms": 300.0}
-    assert saturation([base], grew) is None
-    flat = base | {"output_throughput": 1020.0, "p99_ttft_ms": 250.0}
-    assert "saturated" in saturation([base], flat)
     failing = base | {"completed": 90, "failed": 10}
-    assert "failed" in saturation([], failing)
-    overloaded = [{**base, "request_rate": 5.0, "request_throughput": 1.7},
-                  {**base, "request_rate": 10.0, "request_throughput": 1.9, "output_throughput": 1500.0}]
-    assert saturation([], overloaded[0]) is None  # a sweep always measures two rates
-    assert "completed of 10 offered" in saturation(overloaded[:1], overloaded[1])
+    assert "10 of 100 requests failed" in saturation([], failing)
+    behind = base | {"steady_completion_rate": 6.0}
+    assert saturation([base], behind) is None  # a short run's figures alone are no evidence
+    growing = base | {"latency_growth": 2.5, "in_flight_growth": 2.0}
+    assert saturation([base], growing) is None  # keeping up, even if latency moved
+    saturated = behind | {"latency_growth": 2.5}
+    message = saturation([base], saturated)
+    assert "6.00 req/s done of 10 offered" in message and "E2E latency rose 2.5x" in message
+    assert "requests in flight rose 1.8x" in saturation([], behind | {"in_flight_growth": 1.8})
+    assert saturation([], saturated | {"request_rate": "inf"}) is None
 
 
 def test_saturation_uses_steady_completions_not_the_drain():
     """A long-output run under capacity completes fewer per second of total duration (the drain after the
     last arrival counts), but its steady completion rate matches the offered rate."""
-    base = {"completed": 100, "failed": 0, "output_throughput": 1000.0, "p99_ttft_ms": 100.0}
-    draining = [{**base, "request_rate": 1.5, "request_throughput": 1.16, "steady_completion_rate": 1.47},
-                {**base, "request_rate": 2.0, "request_throughput": 1.53, "steady_completion_rate": 1.95,
-                 "output_throughput": 1300.0}]
-    assert saturation(draining[:1], draining[1]) is None
-    capped = [d | {"steady_completion_rate": 1.1} for d in draining]
-    assert "completed of 2 offered" in saturation(capped[:1], capped[1])
+    draining = {"completed": 100, "failed": 0, "request_rate": 2.0, "request_throughput": 1.53,
+                "steady_completion_rate": 1.95, "latency_growth": 1.6, "in_flight_growth": 1.6}
+    assert saturation([], draining) is None
+    assert "1.10 req/s done of 2 offered" in saturation([], draining | {"steady_completion_rate": 1.1})
+
+
+def test_growth_from_records():
+    from llmbench.metrics import growth
+    from llmbench.records import RequestRecord
+
+    def rec(i: int, start: float, latency: float) -> RequestRecord:
+        r = RequestRecord(index=i, scheduled=start, prompt_len=10, expected_output_len=10)
+        r.start, r.end, r.success = start, start + latency, True
+        return r
+
+    stable = growth([rec(i, i * 0.1, 3.0) for i in range(150)])  # 10 req/s for 15 s, 3 s each
+    assert stable["latency_growth"] == pytest.approx(1.0) and stable["in_flight_growth"] < 1.2
+    queued = growth([rec(i, i * 0.1, 0.5 + i * 0.05) for i in range(150)])  # each waits longer than the last
+    assert queued["latency_growth"] > 1.5 and queued["in_flight_growth"] > 1.5
+    assert growth([rec(i, i * 0.1, 1.0) for i in range(10)])["latency_growth"] is None  # too few to tell
 
 
 def test_steady_completion_rate_from_records():

@@ -13,6 +13,7 @@ import numpy as np
 
 from llmbench import arrivals
 from llmbench.datasets import Request
+from llmbench.results import RunFiles
 from llmbench.runner import RunConfig, execute
 
 TTFT_MS, ITL_MS, TOKENS = 60, 25, 8
@@ -22,8 +23,8 @@ def test_measured_latencies_match_the_servers_schedule(scripted, tmp_path):
     server = scripted("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
     n, rate = 300, 30.0
     requests = [Request(f"req-{i}", 1, TOKENS) for i in range(n)]
-    cfg = RunConfig(base_url=server.url, model="scripted", rate=rate, progress=False, scrape=False)
-    result = execute(cfg, requests, arrivals.schedule(n, rate, 1.0, seed=0), tmp_path / "run")
+    cfg = RunConfig(base_url=server.url, model="scripted", rate=rate, scrape=False)
+    result = execute(cfg, requests, arrivals.schedule(n, rate, 1.0, seed=0), RunFiles(tmp_path, "run"))
     m = result.metrics
     assert m["completed"] == n and m["failed"] == 0
     assert abs(m["achieved_rate"] - rate) / rate < 0.05

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.attention import torch_backend
 from engine.config import SamplingParams
 from engine.kernels import cpu_decode
-from engine.layers import torch_attention
 from engine.llm import LLM
 from tests.kernel_cases import FP8, make_batch
 
@@ -24,10 +24,10 @@ DECODES = [(95, 1), (40, 1), (130, 1), (15, 1), (0, 1), (16, 1), (31, 1), (200, 
 
 
 def decode_both(q, k, v, kc, vc, meta, scale=0.25, k_scale=None, v_scale=None):
-    torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping, k_scale, v_scale)
-    ref = torch_attention.attend(q, k, v, kc, vc, meta, scale, k_scale, v_scale)
+    torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping, k_scale, v_scale)
+    ref = torch_backend.attend(q, k, v, kc, vc, meta, scale, k_scale, v_scale)
     meta.decode_kernel = "cpp"
-    return torch_attention.attend(q, k, v, kc, vc, meta, scale, k_scale, v_scale), ref
+    return torch_backend.attend(q, k, v, kc, vc, meta, scale, k_scale, v_scale), ref
 
 
 @needs_kernel
@@ -69,7 +69,7 @@ def test_fp8_cache_scales(kv_dtype):
     out, ref = decode_both(q, k, v, kc8, vc8, meta, 0.2, torch.tensor(0.03), torch.tensor(0.5))
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
     meta.decode_kernel = "cpp"
-    unscaled = torch_attention.attend(q, k, v, kc8, vc8, meta, 0.2, torch.tensor(1.0), torch.tensor(1.0))
+    unscaled = torch_backend.attend(q, k, v, kc8, vc8, meta, 0.2, torch.tensor(1.0), torch.tensor(1.0))
     assert not torch.allclose(unscaled, out, atol=1e-3)
 
 
@@ -82,7 +82,7 @@ def test_reads_only_through_the_block_table():
     for b in range(kc.shape[0]):
         if b not in used:
             kc[b], vc[b] = float("nan"), float("nan")
-    again = torch_attention.attend(q, k, v, kc, vc, meta, 0.25)
+    again = torch_backend.attend(q, k, v, kc, vc, meta, 0.25)
     assert torch.equal(again, out)
 
 

@@ -83,7 +83,7 @@ def test_bf16_logits_within_tolerance(tiny_model, hf_tiny):
 
 
 def test_onednn_linears_match_f_linear(tiny_model):
-    from engine.perplexity import score
+    from engine.quant.perplexity import score
 
     plain = LLM(tiny_model, kv_cache_memory=8 * 2**20, cpu_linear="torch")
     packed = LLM(tiny_model, kv_cache_memory=8 * 2**20, cpu_linear="onednn")

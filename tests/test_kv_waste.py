@@ -2,9 +2,10 @@
 
 import pytest
 
+from bundled.sharegpt import load as load_sharegpt
 from engine.config import SamplingParams
 from engine.llm import LLM
-from llmbench.datasets import sharegpt
+from llmbench.datasets.sharegpt import sample_pairs
 
 
 @pytest.fixture(scope="module")
@@ -12,10 +13,7 @@ def sample(tiny_model):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    with pytest.warns(UserWarning):
-        sharegpt._load_packaged.cache_clear()
-        convs = sharegpt.load().conversations
-    return sharegpt.sample_pairs(convs, 48, lambda t: len(tok(t).input_ids), seed=0)
+    return sample_pairs(load_sharegpt().conversations, 48, lambda t: len(tok(t).input_ids), seed=0)
 
 
 def _waste(tiny_model, sample, layout):

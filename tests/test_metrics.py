@@ -72,12 +72,17 @@ def test_warmup_excluded():
     assert m["completed"] == 3 and m["total_output_tokens"] == 10
 
 
-def test_parse_goodput():
-    assert metrics.parse_goodput("ttft:500 tpot:50") == {"ttft": 500.0, "tpot": 50.0}
-    assert metrics.parse_goodput(["e2el:3000"]) == {"e2el": 3000.0}
-    for bad in ("latency:5", "ttft", "ttft:-1"):
+def test_one_slo_syntax_with_the_old_spellings():
+    from llmbench.slo import SLO, parse_slo
+
+    assert parse_slo("ttft=500ms,tpot=0.05s").bounds == {"ttft": 500.0, "tpot": 50.0}
+    assert parse_slo("ttft:500 tpot:50").bounds == {"ttft": 500.0, "tpot": 50.0}  # vLLM's --goodput
+    assert parse_slo(["e2el:3000"]).bounds == {"e2el": 3000.0}
+    assert parse_slo(None) == SLO() and SLO().bounds == {"ttft": 2000.0, "tpot": 100.0}  # MLPerf server
+    assert SLO().describe() == "P99 TTFT <= 2 s and P99 TPOT <= 100 ms"
+    for bad in ("latency:5", "ttft", "ttft:-1", "ttft=fast"):
         with pytest.raises(ValueError):
-            metrics.parse_goodput(bad)
+            parse_slo(bad)
 
 
 def test_client_health_flags_lag():

@@ -3,8 +3,8 @@ import hashlib
 import torch
 from click.testing import CliRunner
 
+from bundled.modelbuild import build_model
 from llmbench.cli import main
-from llmbench.modelbuild import build_model
 
 
 def _digests(folder):

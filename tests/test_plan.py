@@ -11,9 +11,10 @@ from click.testing import CliRunner
 from llmbench.cli import main
 from llmbench.plan import catalog
 from llmbench.plan.memory import GiB, plan_memory
-from llmbench.plan.planner import SLO, PlanError, measured_capacity, parse_slo
+from llmbench.plan.planner import PlanError, measured_capacity
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.simulator import EngineShape, simulate
+from llmbench.slo import SLO, SLOError, parse_slo
 
 H100 = catalog.gpu("H100-SXM")
 EXAMPLE = Path(__file__).resolve().parents[1] / "reports" / "example"
@@ -84,7 +85,7 @@ def test_simulator_preempts_when_kv_is_short():
 def test_parse_slo():
     slo = parse_slo("ttft=500ms,tpot=0.05s", 0.95)
     assert (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms, slo.attainment) == (500, 50, None, 0.95)
-    with pytest.raises(PlanError):
+    with pytest.raises(SLOError):
         parse_slo("latency=5s", 0.99)
 
 

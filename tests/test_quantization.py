@@ -14,8 +14,7 @@ from engine.config import SamplingParams
 from engine.layers.quant_linear import QuantLinear, quantize_int4, quantize_int8
 from engine.llm import LLM
 from engine.loader import CheckpointError
-from engine.perplexity import heldout_windows, score
-from engine.quant_formats import (
+from engine.quant.formats import (
     pack_awq,
     pack_gptq_weight,
     pack_gptq_zeros,
@@ -23,7 +22,8 @@ from engine.quant_formats import (
     unpack_gptq_weight,
     unpack_gptq_zeros,
 )
-from engine.quantize import quantize_checkpoint
+from engine.quant.perplexity import heldout_windows, score
+from engine.quant.quantize import quantize_checkpoint
 
 KV = 8 * 2**20
 

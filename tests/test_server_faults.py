@@ -147,7 +147,7 @@ def test_api_key(llm, serve_engine):
 
 def test_sigterm_drains_and_exits_zero(tiny_model):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "engine.server", "--model", str(tiny_model), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "engine.serve", "--model", str(tiny_model), "--port", str(port),
                              "--kv-cache-memory", "16MiB", "--shutdown-grace", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
     try:

@@ -11,12 +11,12 @@ import pytest
 import torch
 from scipy import stats
 
+from bundled.modelbuild import build_model
 from engine.config import SamplingParams
 from engine.llm import LLM
-from engine.metrics import EngineMetrics
-from engine.ngram_proposer import propose_ngram
-from engine.rejection_sampler import verify
-from llmbench.modelbuild import build_model
+from engine.serve.metrics import EngineMetrics
+from engine.spec.ngram import propose_ngram
+from engine.spec.rejection_sampler import verify
 
 
 @pytest.fixture(scope="module")

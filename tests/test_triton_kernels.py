@@ -12,9 +12,8 @@ import torch
 
 triton = pytest.importorskip("triton", reason="Triton is not installed")
 
-from engine.kernels import triton_attention  # noqa: E402
+from engine.attention import torch_backend, triton_backend  # noqa: E402
 from engine.kernels.decode_attention import split_kv_decode  # noqa: E402
-from engine.layers import torch_attention  # noqa: E402
 from tests.kernel_cases import FP8, MIXED, make_batch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,11 +25,11 @@ TOL = {torch.float32: 1e-4 if DEVICE == "cpu" else 2e-2, torch.float16: 3e-3, to
 def test_unified_attention_matches_torch(dtype, heads, kv_heads):
     q, k, v, kc, vc, meta = make_batch(MIXED, heads, kv_heads, 16, dtype, seed=heads * 10 + kv_heads, device=DEVICE)
     kc2, vc2 = kc.clone(), vc.clone()
-    torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
-    ref = torch_attention.attend(q, k, v, kc, vc, meta, 0.25)
-    triton_attention.store_kv(k, v, kc2, vc2, meta.slot_mapping)
+    torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping)
+    ref = torch_backend.attend(q, k, v, kc, vc, meta, 0.25)
+    triton_backend.store_kv(k, v, kc2, vc2, meta.slot_mapping)
     assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
-    out = triton_attention.attend(q, k, v, kc2, vc2, meta, 0.25)
+    out = triton_backend.attend(q, k, v, kc2, vc2, meta, 0.25)
     tol = TOL[dtype]
     assert torch.allclose(out.float(), ref.float(), atol=tol, rtol=tol), (out.float() - ref.float()).abs().max()
 
@@ -39,11 +38,11 @@ def test_head_dim_not_a_power_of_two_and_padding_slots():
     q, k, v, kc, vc, meta = make_batch([(3, 4), (30, 1)], 4, 2, 24, torch.float32, seed=5, device=DEVICE)
     meta.slot_mapping[1] = -1  # a padding token: neither backend may store it
     kc2, vc2 = kc.clone(), vc.clone()
-    torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
-    triton_attention.store_kv(k, v, kc2, vc2, meta.slot_mapping)
+    torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping)
+    triton_backend.store_kv(k, v, kc2, vc2, meta.slot_mapping)
     assert torch.equal(kc2, kc)
-    ref = torch_attention.attend(q, k, v, kc, vc, meta, 0.2)
-    assert torch.allclose(triton_attention.attend(q, k, v, kc2, vc2, meta, 0.2), ref, atol=TOL[torch.float32])
+    ref = torch_backend.attend(q, k, v, kc, vc, meta, 0.2)
+    assert torch.allclose(triton_backend.attend(q, k, v, kc2, vc2, meta, 0.2), ref, atol=TOL[torch.float32])
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
@@ -55,12 +54,12 @@ def test_fp8_cache(kv_dtype):
     k = (k / k_scale).to(FP8[kv_dtype]).float() * k_scale  # exactly representable after the scale
     v = (v / v_scale).to(FP8[kv_dtype]).float() * v_scale
     kc8t, vc8t = kc8.clone(), vc8.clone()
-    torch_attention.store_kv(k, v, kc8, vc8, meta.slot_mapping, k_scale, v_scale)
-    triton_attention.store_kv(k, v, kc8t, vc8t, meta.slot_mapping, k_scale, v_scale)
+    torch_backend.store_kv(k, v, kc8, vc8, meta.slot_mapping, k_scale, v_scale)
+    triton_backend.store_kv(k, v, kc8t, vc8t, meta.slot_mapping, k_scale, v_scale)
     assert torch.equal(kc8t.view(torch.uint8), kc8.view(torch.uint8))
     assert torch.equal(vc8t.view(torch.uint8), vc8.view(torch.uint8))
-    ref = torch_attention.attend(q, k, v, kc8, vc8, meta, 0.25, k_scale, v_scale)
-    out = triton_attention.attend(q, k, v, kc8, vc8, meta, 0.25, k_scale, v_scale)
+    ref = torch_backend.attend(q, k, v, kc8, vc8, meta, 0.25, k_scale, v_scale)
+    out = triton_backend.attend(q, k, v, kc8, vc8, meta, 0.25, k_scale, v_scale)
     assert torch.allclose(out, ref, atol=TOL[torch.float32])
 
 
@@ -68,8 +67,8 @@ def test_fp8_cache(kv_dtype):
 def test_split_kv_decode_matches_torch(dtype):
     specs = [(95, 1), (40, 1), (130, 1), (16, 1), (1, 1)]
     q, k, v, kc, vc, meta = make_batch(specs, 8, 2, 16, dtype, seed=11, num_blocks=32, device=DEVICE)
-    torch_attention.store_kv(k, v, kc, vc, meta.slot_mapping)
-    ref = torch_attention.attend(q, k, v, kc, vc, meta, 0.25)
+    torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping)
+    ref = torch_backend.attend(q, k, v, kc, vc, meta, 0.25)
     out = torch.zeros_like(q)
     one = torch.ones((), device=DEVICE)
     split_kv_decode(q, kc, vc, out, meta.block_tables, meta.seq_lens, meta.decode_token_rows, meta.decode_seqs,

@@ -1,33 +1,16 @@
-"""Paged attention: store this step's K/V by slot mapping, then attend through the block tables.
+"""The attention layer: store this step's K/V by slot mapping, then attend through the block tables.
 
 The model calls one `Attention` module per layer and never sees how K/V are laid out; the backend
-(`torch` on the CPU, `triton` on CUDA) reads the paged cache through the same metadata.
+(`engine.attention`: torch on the CPU, Triton on CUDA) reads the paged cache through the same metadata.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
-
-@dataclass
-class AttentionMetadata:
-    """Describes a flat batch: sequence i owns query rows cu_seqlens_q[i]:cu_seqlens_q[i+1]."""
-
-    query_lens: list[int]
-    context_lens: list[int]  # tokens in the cache after this step, per sequence
-    cu_seqlens_q: torch.Tensor  # [B + 1] int32
-    seq_lens: torch.Tensor  # [B] int32, = context_lens
-    block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
-    slot_mapping: torch.Tensor  # [T] int64, -1 = do not store
-    cu_q: list[int]  # cu_seqlens_q on the host
-    decode_seqs: torch.Tensor  # indices of sequences with one query token, batched together
-    decode_token_rows: torch.Tensor  # their rows in the flat batch
-    prefill_seqs: list[int]  # the others, attended one by one
-    decode_kernel: str = "sdpa"  # torch backend on the CPU: "cpp" = the C++ paged decode kernel
-    cache: dict = field(default_factory=dict)  # per-step values a backend derives once for all layers
+from engine.attention import get_backend
+from engine.attention.metadata import AttentionMetadata
 
 
 class Attention(nn.Module):
@@ -59,15 +42,3 @@ class Attention(nn.Module):
         self.k_scale.copy_((k.detach().abs().amax().float() / ck).clamp_min(tiny))
         self.v_scale.copy_((v.detach().abs().amax().float() / cv).clamp_min(tiny))
         self.scale_constants = None
-
-
-def get_backend(name: str):
-    if name == "torch":
-        from engine.layers import torch_attention
-
-        return torch_attention
-    if name == "triton":
-        from engine.kernels import triton_attention
-
-        return triton_attention
-    raise ValueError(f"unknown attention backend {name!r} (torch, triton)")

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.attention import Attention, AttentionMetadata
+from engine.attention.metadata import AttentionMetadata
+from engine.layers.attention import Attention
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
 from engine.loader import ModelConfig

@@ -28,6 +28,7 @@ class DatasetInfo:
     name: str
     description: str
     options: dict[str, Any]
+    notes: list[str] = field(default_factory=list)  # worth telling the user (a damaged dataset file)
 
 
 NAMES = ("sharegpt", "random", "synthetic", "shared-prefix", "multi-turn", "jsonl")

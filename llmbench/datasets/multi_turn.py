@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from llmbench.datasets import DatasetError, DatasetInfo, Request, sharegpt
+from bundled.sharegpt import load as load_sharegpt
+from llmbench.datasets import DatasetError, DatasetInfo, Request
 from llmbench.datasets.text import count_tokens, text_of_length
 
 
@@ -14,7 +15,7 @@ def build(tokenizer, num_requests: int, seed: int = 0, path: str | None = None, 
     """`num_requests` conversations; each yields up to `max_turns` user turns. The client sends the
     history plus the previous *actual* reply at each turn (see runner). With `system_prompt_len`, every
     conversation starts with the same system prompt of that many tokens (an agent's instructions)."""
-    load = sharegpt.load(path)
+    load = load_sharegpt(path)
     system = [{"role": "system", "content": text_of_length(tokenizer, system_prompt_len, seed)}] \
         if system_prompt_len else []
     rng = random.Random(seed)
@@ -35,5 +36,6 @@ def build(tokenizer, num_requests: int, seed: int = 0, path: str | None = None, 
         raise DatasetError("no multi-turn ShareGPT conversations found")
     info = DatasetInfo("multi-turn", f"ShareGPT conversations, up to {max_turns} user turns each, history plus "
                        f"actual replies, shared system prompt {system_prompt_len} tokens, seed {seed}",
-                       {"max_turns": max_turns, "output_len": output_len, "system_prompt_len": system_prompt_len})
+                       {"max_turns": max_turns, "output_len": output_len, "system_prompt_len": system_prompt_len},
+                       [load.damage] if load.damage and path is not None else [])
     return requests, info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bundled.sharegpt import load as load_sharegpt
 from llmbench.datasets import DatasetInfo, Request, sharegpt
 from llmbench.datasets.text import count_tokens
 
@@ -9,7 +10,7 @@ from llmbench.datasets.text import count_tokens
 def build(tokenizer, num_requests: int, seed: int = 0, path: str | None = None, output_len: int | None = None,
           min_len: int = 4, max_prompt_len: int = 1024, max_total_len: int = 2048, shuffle: bool = True,
           oversample: bool = True) -> tuple[list[Request], DatasetInfo]:
-    load = sharegpt.load(path)
+    load = load_sharegpt(path)
     limits = sharegpt.LengthFilter(min_len, max_prompt_len, max_total_len)
     pairs = sharegpt.sample_pairs(load.conversations, num_requests, lambda t: count_tokens(tokenizer, t), seed,
                                   output_len, limits, shuffle, oversample)
@@ -19,4 +20,5 @@ def build(tokenizer, num_requests: int, seed: int = 0, path: str | None = None, 
                    f"({len(load.conversations)} conversations)")
     options = {"path": path, "output_len": output_len, "min_len": min_len, "max_prompt_len": max_prompt_len,
                "max_total_len": max_total_len, "source": load.source, "conversations": len(load.conversations)}
-    return requests, DatasetInfo("sharegpt", description, options)
+    notes = [load.damage] if load.damage and path is not None else []  # the packaged copy is cut on purpose
+    return requests, DatasetInfo("sharegpt", description, options, notes)

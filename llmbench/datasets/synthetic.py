@@ -6,6 +6,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from bundled.sharegpt import load as load_sharegpt
 from llmbench.datasets import DatasetInfo, Request, sharegpt
 from llmbench.datasets.text import count_tokens, text_of_length
 
@@ -15,7 +16,7 @@ FIT_SAMPLE = 1000
 @lru_cache(maxsize=4)
 def fit_sharegpt(tokenizer) -> tuple[tuple[float, float], tuple[float, float]]:
     """(mu, sigma) in log space of prompt and output lengths of a vLLM-rules ShareGPT sample."""
-    pairs = sharegpt.sample_pairs(sharegpt.load().conversations, FIT_SAMPLE, lambda t: count_tokens(tokenizer, t),
+    pairs = sharegpt.sample_pairs(load_sharegpt().conversations, FIT_SAMPLE, lambda t: count_tokens(tokenizer, t),
                                   seed=0, oversample=False)
     logs_in = np.log([p.prompt_len for p in pairs])
     logs_out = np.log([p.output_len for p in pairs])

@@ -14,9 +14,9 @@ def count_tokens(tokenizer, text: str) -> int:
 
 @lru_cache(maxsize=4)
 def corpus_ids(tokenizer) -> tuple[int, ...]:
-    from llmbench.datasets import sharegpt
+    from bundled.sharegpt import load as load_sharegpt
 
-    convs = sharegpt.load().conversations[:CORPUS_CONVERSATIONS]
+    convs = load_sharegpt().conversations[:CORPUS_CONVERSATIONS]
     text = "\n".join(t for c in convs for _, t in c.turns)
     return tuple(tokenizer(text, add_special_tokens=False).input_ids)
 

@@ -10,9 +10,7 @@ with its last slope.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -45,13 +43,6 @@ class LinearStepModel:
 
     def scaled(self, factor: float) -> LinearStepModel:
         return replace(self, scale=factor)
-
-
-def read_steps(folder: Path) -> list[dict]:
-    steps = []
-    for path in sorted(Path(folder).glob("*.engine_steps.jsonl")):
-        steps += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return steps
 
 
 def _tents(decode: np.ndarray, knots: np.ndarray) -> np.ndarray:

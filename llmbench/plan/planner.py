@@ -16,42 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.plan import catalog
-from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps, read_steps
+from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
 from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.simulator import EngineShape, StepModel, simulate
+from llmbench.slo import SLO, attainment_points, capacity, lower_rates
 
 
 class PlanError(ValueError):
     """A plan that cannot be made; the message carries the numbers behind it."""
-
-
-@dataclass
-class SLO:
-    ttft_ms: float | None = 2000.0  # MLPerf LLM server scenario (llama3.1-8b): P99 TTFT 2 s
-    tpot_ms: float | None = 100.0  # ... and P99 TPOT 100 ms
-    e2el_ms: float | None = None
-    attainment: float = 0.99
-
-    def describe(self) -> str:
-        parts = [f"{k} <= {v:g} ms" for k, v in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms),
-                                                  ("E2EL", self.e2el_ms)) if v is not None]
-        return f"{', '.join(parts)} for {self.attainment:.0%} of requests"
-
-
-def parse_slo(text: str | None, attainment: float) -> SLO:
-    if not text:
-        return SLO(attainment=attainment)
-    slo = SLO(None, None, None, attainment)
-    for part in text.split(","):
-        key, sep, value = part.strip().partition("=")
-        if not sep or key not in ("ttft", "tpot", "e2el"):
-            raise PlanError(f"bad SLO {part!r}: use ttft=500ms,tpot=50ms[,e2el=3s]")
-        value = value.strip().lower()
-        ms = float(value[:-2]) if value.endswith("ms") else float(value[:-1]) * 1000 if value.endswith("s") \
-            else float(value)
-        setattr(slo, f"{key}_ms", ms)
-    return slo
 
 
 @dataclass
@@ -74,66 +47,51 @@ def sharegpt_workload(n: int = 1000, seed: int = 0) -> Workload:
     other models' tokenizers)."""
     from transformers import AutoTokenizer
 
+    from bundled.modelbuild import build_model
+    from bundled.sharegpt import load as load_sharegpt
     from llmbench.datasets import sharegpt
     from llmbench.datasets.text import count_tokens
-    from llmbench.modelbuild import build_model
 
-    tok = AutoTokenizer.from_pretrained(str(build_model("small")))
-    pairs = sharegpt.sample_pairs(sharegpt.load().conversations, n, lambda t: count_tokens(tok, t), seed)
+    tok = AutoTokenizer.from_pretrained(str(build_model()))
+    pairs = sharegpt.sample_pairs(load_sharegpt().conversations, n, lambda t: count_tokens(tok, t), seed)
     return Workload(np.array([p.prompt_len for p in pairs]), np.array([p.output_len for p in pairs]),
                     f"ShareGPT ({n} pairs, vLLM rules, bundled tokenizer)")
 
 
 # -- layer 1: measured --------------------------------------------------------------------------------
-def request_good(frame, slo: SLO) -> np.ndarray:
-    ok = frame["success"].to_numpy(dtype=bool).copy()
-    if slo.ttft_ms is not None:
-        ok &= (frame["ttft"].fillna(np.inf) * 1000 <= slo.ttft_ms).to_numpy()
-    if slo.tpot_ms is not None:
-        ok &= (frame["tpot"].fillna(0.0) * 1000 <= slo.tpot_ms).to_numpy()
-    if slo.e2el_ms is not None:
-        ok &= (frame["latency"].fillna(np.inf) * 1000 <= slo.e2el_ms).to_numpy()
-    return ok
-
-
-def measured_capacity(folder: Path, slo: SLO) -> dict:
+def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
+    """Per finite measured rate: attainment of the SLO and the figures the plan quotes; and the records."""
     from llmbench.results import load_records, load_results
 
     results = [r for r in load_results(folder) if r.get("request_rate") != "inf"]
     if not results:
         raise PlanError(f"{folder}: no finite-rate results to plan from (run `llmbench sweep` first)")
     frame = load_records(folder)
-    points = []
-    for r in results:
-        rows = frame[frame["label"] == r["label"]]
-        rows = rows[~rows["warmup"]] if "warmup" in rows else rows
-        attained = float(request_good(rows, slo).mean()) if len(rows) else 0.0
-        points.append({"rate": float(r["request_rate"]), "achieved_rate": r.get("achieved_rate"),
-                       "attainment": attained, "output_throughput": r["output_throughput"],
-                       "p99_ttft_ms": r["p99_ttft_ms"], "p99_tpot_ms": r["p99_tpot_ms"]})
-    points.sort(key=lambda p: p["rate"])
-    passing = [p for p in points if p["attainment"] >= slo.attainment]
-    if not passing:
+    if frame.empty:
+        raise PlanError(f"{folder}: the results name no per-request records (*.records.jsonl), which the plan needs")
+    by_label = {r["label"]: r for r in results}
+    points = [p | {"achieved_rate": by_label[p["label"]].get("achieved_rate"),
+                   **{k: by_label[p["label"]][k] for k in ("output_throughput", "p99_ttft_ms", "p99_tpot_ms")}}
+              for p in attainment_points(results, frame, slo)]
+    return sorted(points, key=lambda p: p["rate"]), frame
+
+
+def measured_capacity(folder: Path, slo: SLO) -> dict:
+    points, frame = measured_points(folder, slo)
+    cap = capacity(points, slo)
+    if cap.rate is None:
         low = points[0]
         raise PlanError(
             f"the SLO ({slo.describe()}) is not met even at the lowest measured rate {low['rate']:g} req/s: "
             f"only {low['attainment']:.1%} of requests met it (P99 TTFT {low['p99_ttft_ms']:.0f} ms, "
-            f"P99 TPOT {low['p99_tpot_ms']:.1f} ms). Measure lower rates or relax the SLO.")
-    best = passing[-1]
-    after = [p for p in points if p["rate"] > best["rate"]]
-    rate, note = best["rate"], "interpolated between measured rates"
-    if after:
-        nxt = after[0]
-        if best["attainment"] > nxt["attainment"]:
-            frac = (best["attainment"] - slo.attainment) / (best["attainment"] - nxt["attainment"])
-            rate = best["rate"] + frac * (nxt["rate"] - best["rate"])
-    else:
-        note = "the highest measured rate still met the SLO: a lower bound; sweep higher rates"
-    return {"per_replica_rate": rate, "note": note, "points": points,
+            f"P99 TPOT {low['p99_tpot_ms']:.1f} ms). Measure lower rates (--rate {lower_rates(low['rate'])}) "
+            "or relax the SLO.")
+    ok = frame[frame["success"]]
+    return {"per_replica_rate": cap.rate, "note": cap.note, "points": points,
             "max_output_throughput": max(p["output_throughput"] for p in points),
-            "mean_output_tokens": float(frame.loc[frame["success"], "output_tokens"].mean()),
-            "mean_prompt_tokens": float(frame.loc[frame["success"], "prompt_len"].mean()),
-            "median_e2el_low_load": float(frame[frame["label"] == results[0]["label"]]["latency"].median())}
+            "mean_output_tokens": float(ok["output_tokens"].mean()),
+            "mean_prompt_tokens": float(ok["prompt_len"].mean()),
+            "median_e2el_low_load": float(frame[frame["label"] == points[0]["label"]]["latency"].median())}
 
 
 def replicas_for(qps: float, per_replica: float, headroom: float, spares: int) -> int:
@@ -265,7 +223,7 @@ def make_plan(req: PlanRequest) -> dict:
 
 
 def _measured_plan(req: PlanRequest, plan: dict) -> dict:
-    from llmbench.results import load_metadata, load_records
+    from llmbench.results import load_engine_steps, load_metadata, load_records
 
     folder = Path(req.results)
     cap = measured_capacity(folder, req.slo)
@@ -291,7 +249,7 @@ def _measured_plan(req: PlanRequest, plan: dict) -> dict:
             "kv_formula": "concurrency per GPU = free KV tokens / mean tokens per request; QPS per GPU by "
                           "Little's law at the low-load latency",
         }
-    steps = read_steps(folder)
+    steps = load_engine_steps(folder)
     if len(steps) >= 10:
         step_model = fit_steps(steps)
         frame = load_records(folder)

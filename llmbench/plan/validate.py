@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
 from llmbench.plan.simulator import EngineShape, simulate
-from llmbench.results import load_metadata, load_records, load_results
+from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
 
 
 def engine_shape(folder: Path) -> EngineShape:
@@ -18,11 +17,6 @@ def engine_shape(folder: Path) -> EngineShape:
         raise ValueError(f"{folder}: the target reported no engine config (/version); not the bundled engine?")
     return EngineShape(config["max_num_seqs"], config["max_num_batched_tokens"],
                        config["num_kv_blocks"] * config["block_size"], config["block_size"])
-
-
-def steps_of(folder: Path, label: str) -> list[dict]:
-    path = folder / f"{label}.engine_steps.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def simulate_label(folder: Path, label: str, model: LinearStepModel, shape: EngineShape):
@@ -43,7 +37,7 @@ def self_check(folder: Path, calibrate: list[str], predict: list[str]) -> list[d
         raise PlanError(f"{', '.join(missing)} not in {folder} (it holds {', '.join(measured) or 'no results'}); "
                         "a sweep that stopped as saturated writes no later rates")
     shape = engine_shape(folder)
-    steps = [s for label in calibrate for s in steps_of(folder, label)]
+    steps = [s for label in calibrate for s in load_engine_steps(folder, label)]
     model = fit_steps(steps)
     gaps = []
     for label in calibrate:

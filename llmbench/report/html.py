@@ -9,29 +9,34 @@ from pathlib import Path
 import jinja2
 
 from llmbench import __version__
-from llmbench.bench import quantization_mode
 from llmbench.report import plots
-from llmbench.results import load_metadata, load_records, load_results, load_server_metrics
+from llmbench.results import load_metadata, load_records, load_results, load_server_metrics, records_path
+from llmbench.slo import SLO, attainment_points, capacity
+from llmbench.target import quantization_mode
 
-DEFAULT_SLOS = {"ttft": 2000.0, "tpot": 100.0}  # MLPerf Inference LLM server scenario (P99)
 HEADLINE = ["request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
             "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms"]
 LOWER_IS_BETTER = {m for m in HEADLINE if m.endswith("_ms")}
 TAIL_WARNING = 5.0
 
 
-def knee(results: list[dict]) -> float | None:
-    """The highest rate before P99 TTFT passes twice its lowest-rate value (or the sweep saturated)."""
-    if not results:
-        return None
-    base = results[0]["p99_ttft_ms"] or 1e-9
-    best = None
-    for r in results:
-        if r.get("saturated") or r["p99_ttft_ms"] > 2 * base or r.get("failed", 0) > 0.05 * max(
-                r.get("num_prompts", 1), 1):
-            break
-        best = math.inf if r["request_rate"] == "inf" else float(r["request_rate"])
-    return best
+def run_slo(meta: dict, results: list[dict]) -> SLO:
+    """The SLO the run stated (metadata), as older folders recorded it (goodput), or MLPerf's default."""
+    stated = meta.get("slo")
+    if stated:
+        return SLO(stated.get("ttft"), stated.get("tpot"), stated.get("e2el"), stated.get("attainment", 0.99),
+                   stated.get("source", "stated"))
+    given = results[0].get("goodput_slos_ms") if results else None
+    return SLO(given.get("ttft"), given.get("tpot"), given.get("e2el"), source="stated") if given else SLO()
+
+
+def answer(results: list[dict], frame, slo: SLO) -> tuple[str, float | None]:
+    """The sweep's answer in one sentence, and the knee: the highest measured rate that met the SLO."""
+    points = attainment_points(results, frame, slo)
+    if not points:
+        return "no finite rate was measured, so there is no per-replica answer", None
+    cap = capacity(points, slo)
+    return cap.sentence(slo), (cap.passing[-1] if cap.passing else None)
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -105,10 +110,10 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
         plan_path = folder / "plan.json"
         if plan_path.is_file():
             plans[name] = json.loads(plan_path.read_text())
-    first = next(iter(runs.values()))
-    given = first[0].get("goodput_slos_ms") or {}
-    slos = {k: float(v) for k, v in given.items()} or dict(DEFAULT_SLOS)
-    knees = {name: knee(results) for name, results in runs.items()}
+    slo = run_slo(next(iter(metas.values())), next(iter(runs.values())))
+    slos = slo.bounds
+    answers = {name: answer(results, records[name], slo) for name, results in runs.items()}
+    knees = {name: knee for name, (_, knee) in answers.items()}
     sections = []
     for name, results in runs.items():
         folder = folders[list(runs).index(name)]
@@ -126,7 +131,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
                     if r.get("median_ttft_ms") and r["p99_ttft_ms"] / r["median_ttft_ms"] > TAIL_WARNING]
         sections.append({
             "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos),
-            "knee": knees[name], "warnings": warnings,
+            "knee": knees[name], "answer": answers[name][0], "warnings": warnings,
             "cdf": plots.cdfs(frame) if not frame.empty else None,
             "lengths": plots.length_histograms(frame) if not frame.empty else None,
             "timelines": timelines, "plan": plan_rows(plans[name]) if name in plans else None,
@@ -135,7 +140,8 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
     env = jinja2.Environment(loader=jinja2.PackageLoader("llmbench.report", "."), autoescape=True)
     page = env.get_template("template.html").render(
         title=title or f"llmbench report — {', '.join(runs)}", version=__version__, sections=sections,
-        header=SUMMARY_HEADER, slos=slos, slos_are_default=not given,
+        header=SUMMARY_HEADER, slos=slos, slo_text=slo.describe(), slos_are_default=slo.source != "stated",
+        answers=[(name, text) for name, (text, _) in answers.items()],
         curve=plots.throughput_latency(runs, slos, knees), percentiles=plots.percentiles_vs_rate(runs),
         tail=plots.tail_ratio(runs), comparisons=comparison(runs) if len(runs) > 1 else [],
         headline=HEADLINE,
@@ -175,7 +181,7 @@ def plan_rows(plan: dict) -> list[tuple[str, str]]:
 
 
 def _chunk_times(folder: Path, result: dict) -> list[list[float]]:
-    path = folder / result.get("records_file", f"{result['label']}.records.jsonl")
+    path = records_path(folder, result)
     if not path.is_file():
         return []
     times = []

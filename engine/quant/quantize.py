@@ -1,4 +1,4 @@
-"""Offline 4-bit quantization of a local checkpoint: `python -m engine.quantize` (`llmbench quantize`).
+"""Offline 4-bit quantization of a local checkpoint: `python -m engine.quant` (`llmbench quantize`).
 
 - rtn: round-to-nearest, asymmetric groups, written in AutoAWQ's GEMM layout.
 - awq: activation-aware scales first (Lin et al. 2023, AutoAWQ's search): for each set of linears that
@@ -25,7 +25,7 @@ import click
 import torch
 
 from engine.layers.quant_linear import quantize_int4
-from engine.quant_formats import pack_awq, pack_gptq_weight, pack_gptq_zeros
+from engine.quant.formats import pack_awq, pack_gptq_weight, pack_gptq_zeros
 
 # per decoder layer: (op before, linears reading its output) — AutoAWQ's Llama groups
 AWQ_GROUPS = [("input_layernorm", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]),
@@ -38,7 +38,7 @@ MAX_ROWS = 4096  # calibration rows kept per input for the AWQ search
 
 def calibration_batches(tokenizer, num_samples: int, seq_len: int) -> list[torch.Tensor]:
     """Token windows from the start of ShareGPT (held-out evaluation text comes from its end)."""
-    from llmbench.datasets import sharegpt
+    from bundled import sharegpt
 
     batches, buffer = [], []
     for conv in sharegpt.load().conversations:
@@ -211,7 +211,7 @@ def quantize_checkpoint(src: Path, out: Path, method: str, bits: int = 4, group:
 @click.option("--calib-samples", default=32, show_default=True, type=click.IntRange(1))
 @click.option("--calib-seq-len", default=256, show_default=True, type=click.IntRange(16))
 @click.option("--out", required=True, type=click.Path(file_okay=False))
-def main(model: str, method: str, bits: int, group_size: str, calib_samples: int, calib_seq_len: int,
+def quantize_command(model: str, method: str, bits: int, group_size: str, calib_samples: int, calib_seq_len: int,
          out: str) -> None:
     """Quantize MODEL to 4 bits and write an AWQ (awq, rtn) or GPTQ (gptq) checkpoint to --out."""
     try:
@@ -220,7 +220,3 @@ def main(model: str, method: str, bits: int, group_size: str, calib_samples: int
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     click.echo(path)
-
-
-if __name__ == "__main__":
-    main()

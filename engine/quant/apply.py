@@ -11,7 +11,7 @@ import torch
 
 from engine.layers.quant_linear import QuantLinear, choose_path, quantize_int4, quantize_int8
 from engine.loader import CheckpointError, ModelConfig
-from engine.quant_formats import awq_to_qparams, gptq_to_qparams
+from engine.quant.formats import awq_to_qparams, gptq_to_qparams
 
 log = logging.getLogger(__name__)
 METHODS = ("int8", "int4", "awq", "gptq")

@@ -11,8 +11,8 @@ from engine.model_runner import Chunk
 
 
 def heldout_windows(tokenizer, num_windows: int, seq_len: int) -> list[list[int]]:
-    """Windows from the end of ShareGPT; calibration (engine.quantize) reads from its start."""
-    from llmbench.datasets import sharegpt
+    """Windows from the end of ShareGPT; calibration (engine.quant.quantize) reads from its start."""
+    from bundled import sharegpt
 
     windows, buffer = [], []
     for conv in reversed(sharegpt.load().conversations):

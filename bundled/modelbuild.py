@@ -44,6 +44,8 @@ SIZES: dict[str, ModelSize] = {
     "qwen0.5b-shape": ModelSize(896, 24, 14, 2, 4864, 4096),  # Qwen2.5-0.5B's shapes, for GPU checks
 }
 
+DEFAULT_SIZE = "small"  # what the engine serves and llmbench counts tokens with when no model is named
+
 # layer-skip self-drafts for speculative decoding: (target size, leading layers kept)
 DRAFTS: dict[str, tuple[str, int]] = {"small-draft": ("small", 2), "tiny-draft": ("tiny", 1)}
 
@@ -52,12 +54,12 @@ def llmbench_home() -> Path:
     return Path(os.environ.get("LLMBENCH_HOME", Path.home() / ".cache" / "llmbench"))
 
 
-def default_model_dir(size: str = "small") -> Path:
+def default_model_dir(size: str = DEFAULT_SIZE) -> Path:
     return llmbench_home() / "models" / f"llmbench-{size}"
 
 
 def _training_texts() -> Iterator[str]:
-    from llmbench.datasets import sharegpt
+    from bundled import sharegpt
 
     for conv in sharegpt.load().conversations[:TOKENIZER_TRAIN_CONVERSATIONS]:
         for _, text in conv.turns:
@@ -160,7 +162,7 @@ def random_weights(config: dict, seed: int = SEED) -> dict:
     return weights
 
 
-def build_model(size: str = "small", out: Path | str | None = None, force: bool = False) -> Path:
+def build_model(size: str = DEFAULT_SIZE, out: Path | str | None = None, force: bool = False) -> Path:
     """Build (or reuse) the bundled model of `size`; return its folder."""
     if size not in SIZES and size not in DRAFTS:
         raise ValueError(f"unknown model size {size!r}; choose one of {', '.join([*SIZES, *DRAFTS])}")

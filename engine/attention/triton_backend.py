@@ -1,4 +1,4 @@
-"""The Triton attention backend: the same two calls as engine.layers.torch_attention, on the paged
+"""The Triton attention backend: the same two calls as engine.attention.torch_backend, on the paged
 cache directly (no gathering of pages into contiguous tensors).
 
 Mixed batches go through the unified kernel. A batch of decodes only whose longest context reaches
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from engine.attention.metadata import AttentionMetadata
 from engine.kernels.cache_write import write_kv
 from engine.kernels.decode_attention import split_kv_decode
 from engine.kernels.paged_attention import tile_shape, tiles, unified_attention
-from engine.layers.attention import AttentionMetadata
 
 SPLIT_KV_MIN_CONTEXT = 2048
 

@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP server over the engine: `python -m engine.server` or `llmbench serve`."""
+"""OpenAI-compatible HTTP server over the engine (started by `python -m engine.serve` or `llmbench serve`)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from dataclasses import asdict
 from aiohttp import web
 
 import engine
-from engine import protocol
-from engine.async_llm import AsyncLLM, EngineError, EngineOverloaded
 from engine.llm import LLM, RequestOutput
-from engine.metrics import EngineMetrics
-from engine.protocol import APIError, ParsedRequest
+from engine.serve import protocol
+from engine.serve.async_llm import AsyncLLM, EngineError, EngineOverloaded
+from engine.serve.metrics import EngineMetrics
+from engine.serve.protocol import APIError, ParsedRequest
 
-log = logging.getLogger("engine.server")
+log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 2**20
 STATE = web.AppKey("state", dict)
 
@@ -309,13 +309,3 @@ async def serve(app: web.Application, host: str, port: int, grace_period: float 
         aengine.abort(rid)
     with contextlib.suppress(Exception):
         await runner.cleanup()
-
-
-def main(argv: list[str] | None = None) -> None:
-    from engine.cli import server_command
-
-    server_command.main(args=argv, prog_name="python -m engine.server")
-
-
-if __name__ == "__main__":
-    main()

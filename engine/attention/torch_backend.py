@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.attention.metadata import AttentionMetadata
 from engine.kernels.cpu_decode import paged_decode
-from engine.layers.attention import AttentionMetadata
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 

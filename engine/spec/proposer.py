@@ -19,10 +19,10 @@ import torch
 from engine.config import EngineConfig
 from engine.loader import ModelConfig, read_config
 from engine.model_runner import Chunk, ModelRunner
-from engine.ngram_proposer import propose_ngram
 from engine.sampler import apply_filters
 from engine.scheduler import ScheduledBatch
 from engine.sequence import Sequence
+from engine.spec.ngram import propose_ngram
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class Proposal:
     probs: torch.Tensor | None  # [k, V] draft distributions; None for deterministic (one-hot) drafts
 
 
-class SpecDecoder:
+class Proposer:
     def __init__(self, config: EngineConfig, target: ModelRunner, target_cfg: ModelConfig, tokenizer,
                  max_model_len: int) -> None:
         self.config = config

@@ -1,0 +1,1 @@
+"""Serving: the OpenAI-compatible HTTP server, its request protocol, the engine loop thread and /metrics."""

@@ -1,0 +1,185 @@
+"""`llmbench run` and `llmbench sweep`: their options, parsed once into a `SweepPlan`.
+
+Exit codes: 0 measured; 1 nothing could be measured (target unreachable, bad dataset, every request failed);
+2 bad command line; 3 measured, but the target stopped answering or more requests failed than
+--max-failure-rate allows; 130 interrupted (Ctrl-C), after writing what was measured.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from llmbench import arrivals, datasets, results
+from llmbench.scenario import ScenarioError
+from llmbench.slo import SLOError, parse_slo
+from llmbench.sweep import SweepOutcome, SweepPlan, Workload, run_sweep
+from llmbench.target import TargetError
+
+DATASET_FLAGS = {
+    # CLI option -> (datasets it applies to, builder keyword)
+    "dataset_path": (("sharegpt", "multi-turn", "jsonl"), "path"),
+    "output_len": (("sharegpt", "multi-turn"), "output_len"),
+    "random_input_len": (("random",), "input_len"),
+    "random_output_len": (("random",), "output_len"),
+    "random_range_ratio": (("random",), "range_ratio"),
+    "input_mean": (("synthetic",), "input_mean"),
+    "output_mean": (("synthetic",), "output_mean"),
+    "max_turns": (("multi-turn",), "max_turns"),
+}
+OPTIONS = [
+    click.option("--base-url", help="OpenAI-compatible server; omitted: start the bundled engine."),
+    click.option("--model", help="Model name to request (default: the first listed by /v1/models)."),
+    click.option("--tokenizer", help="Local tokenizer folder (default: the served model's, if local)."),
+    click.option("--backend", type=click.Choice(["openai", "openai-chat"]), default="openai", show_default=True),
+    click.option("--dataset", type=click.Choice(datasets.NAMES), default="sharegpt", show_default=True),
+    click.option("--dataset-path", help="ShareGPT JSON/JSONL or your own JSONL (jsonl dataset)."),
+    click.option("--num-prompts", type=click.IntRange(1), help="Requests per rate."),
+    click.option("--duration", type=click.FloatRange(0, min_open=True), help="Seconds of arrivals per rate."),
+    click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+                 help="Gamma shape: 1 = Poisson, <1 burstier, 'inf' = constant gaps."),
+    click.option("--constant", is_flag=True, help="Constant gaps (burstiness inf)."),
+    click.option("--max-concurrency", type=click.IntRange(1), help="Cap on requests in flight."),
+    click.option("--warmup", type=click.IntRange(0), default=0, show_default=True,
+                 help="Warm-up requests before the measured ones (excluded)."),
+    click.option("--seed", default=0, show_default=True),
+    click.option("--output-len", type=click.IntRange(1), help="Fixed output length (sharegpt, multi-turn)."),
+    click.option("--random-input-len", type=click.IntRange(1), help="random: mean input tokens (1024)."),
+    click.option("--random-output-len", type=click.IntRange(1), help="random: mean output tokens (128)."),
+    click.option("--random-range-ratio", type=float, help="random: lengths uniform in L(1±r)."),
+    click.option("--input-mean", type=float, help="synthetic: mean input tokens."),
+    click.option("--output-mean", type=float, help="synthetic: mean output tokens."),
+    click.option("--max-turns", type=click.IntRange(1), help="multi-turn: user turns per conversation."),
+    click.option("--think-time", type=click.FloatRange(0), default=0.0, help="multi-turn: seconds between turns."),
+    click.option("--ignore-eos/--no-ignore-eos", default=None, help="Send ignore_eos (forced on for random)."),
+    click.option("--temperature", type=click.FloatRange(0), help="Sampling temperature to send."),
+    click.option("--slo", help="P99 SLOs for goodput and the answer, e.g. ttft=500ms,tpot=50ms[,e2el=3s] "
+                               "(default: MLPerf's server scenario, TTFT 2 s and TPOT 100 ms)."),
+    click.option("--goodput", multiple=True, help="vLLM's spelling of --slo, in ms: --goodput ttft:500 tpot:50."),
+    click.option("--percentiles", default="50,90,95,99", show_default=True),
+    click.option("--request-timeout", default=600.0, show_default=True),
+    click.option("--max-failure-rate", default=0.05, show_default=True, type=click.FloatRange(0, 1),
+                 help="More failed requests than this fraction ends the sweep and exits 3."),
+    click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token for the target."),
+    click.option("--scenario", help="Bundled scenario name or YAML path (flags given here win)."),
+    click.option("--out", type=click.Path(file_okay=False), help="Results folder (default: results/<time>)."),
+    click.option("--no-progress", is_flag=True, help="No live progress display."),
+    click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
+                 help="Load-generator transport: llmbench's asyncio client, or Locust master + workers."),
+    click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
+                 help="Locust: local worker processes (others may join from other hosts)."),
+    click.option("--users", type=click.IntRange(1), help="Locust: closed-loop users instead of a rate."),
+]
+
+
+def common_options(fn):
+    for option in reversed(OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _with_scenario(ctx: click.Context, opts: dict) -> tuple[dict, dict, dict]:
+    """The options with a scenario's values filled in where the command line left the default; and the
+    scenario's dataset options and engine flags."""
+    if not opts.get("scenario"):
+        return opts, {}, {}
+    from llmbench import scenario
+
+    try:
+        loaded = scenario.to_options(scenario.load(opts["scenario"]))
+    except ScenarioError as err:
+        raise click.UsageError(str(err)) from None
+    merged = dict(opts)
+    for key, value in loaded.items():
+        if key in ("dataset_options", "engine_flags"):
+            continue
+        given = key in ctx.params and ctx.get_parameter_source(key) not in (None, click.core.ParameterSource.DEFAULT)
+        if not given and not (key == "slo" and opts.get("goodput")):
+            merged[key] = value
+    return merged, loaded["dataset_options"], loaded["engine_flags"]
+
+
+def _dataset_options(opts: dict, chosen: dict) -> dict:
+    chosen = dict(chosen)
+    for flag, (names, keyword) in DATASET_FLAGS.items():
+        if opts.get(flag) is not None:
+            if opts["dataset"] not in names:
+                raise click.UsageError(f"--{flag.replace('_', '-')} does not apply to the {opts['dataset']} dataset")
+            chosen[keyword] = opts[flag]
+    return chosen
+
+
+def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
+    """Every flag parsed once: rates, workload, target, SLO, transport."""
+    rate = opts["rate"]
+    opts, scenario_dataset, engine_flags = _with_scenario(ctx, opts)
+    try:
+        rates = [arrivals.parse_rate(str(rate))] if single else arrivals.parse_rates(str(opts["rate"]))
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--rate") from None
+    try:
+        slo = parse_slo(opts.get("slo") or list(opts.get("goodput") or ()))
+        percentiles = tuple(float(p) for p in str(opts["percentiles"]).split(",") if p)
+    except (SLOError, ValueError) as err:
+        raise click.BadParameter(str(err)) from None
+    num_prompts, duration = opts["num_prompts"], opts["duration"]
+    if num_prompts is None and duration is None and not single:
+        duration = 15.0
+    ignore_eos = opts["ignore_eos"] if opts["ignore_eos"] is not None else opts["dataset"] == "random"
+    workload = Workload(opts["dataset"], _dataset_options(opts, scenario_dataset), num_prompts, duration,
+                        opts["seed"], ignore_eos, opts["temperature"], opts["backend"], opts["think_time"])
+    out = Path(opts["out"] or f"results/{time.strftime('%Y%m%d-%H%M%S')}")
+    return SweepPlan(
+        rates=rates, out=out, workload=workload, base_url=opts["base_url"], model=opts["model"],
+        tokenizer=opts["tokenizer"], api_key=opts["api_key"], engine_flags=engine_flags,
+        burstiness=math.inf if opts["constant"] else float(opts["burstiness"]), max_concurrency=opts["max_concurrency"],
+        warmup=opts["warmup"], request_timeout=opts["request_timeout"], percentiles=percentiles, slo=slo,
+        transport=opts["engine"], workers=opts["workers"], users=opts["users"], stop_when_saturated=not single,
+        max_failure_rate=opts["max_failure_rate"], args=opts)
+
+
+def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:
+    """Run the plan with the live view; errors that leave nothing measured become one-line CLI errors."""
+    from llmbench.live import LiveView
+
+    view = LiveView(live=progress)
+    try:
+        outcome = run_sweep(plan, view)
+    except (TargetError, datasets.DatasetError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted before anything was measured", err=True)
+        sys.exit(130)
+    finally:
+        view.close()
+    if outcome.rows and all(r["completed"] == 0 for r in outcome.rows) and not outcome.interrupted:
+        errors = outcome.rows[-1].get("errors")
+        raise click.ClickException(f"nothing could be measured: every request failed ({errors}); see {plan.out}")
+    return outcome
+
+
+def finish(plan: SweepPlan, outcome: SweepOutcome, report: bool) -> None:
+    """The table, where the files are, and the answer as the last lines; then the exit code."""
+    from llmbench.live import answer_line, summary_table, terminal
+
+    console = terminal()
+    if outcome.stop_reason:
+        console.print(outcome.stop_reason)
+    if outcome.failure:
+        console.print(f"[red]run failed:[/] {outcome.failure}")
+    if outcome.interrupted:
+        console.print("[yellow]interrupted:[/] the results so far are written, marked \"interrupted\": true")
+    knee = outcome.capacity.passing[-1] if outcome.capacity and outcome.capacity.passing else None
+    if report and len(outcome.rows) > 0:
+        console.print(summary_table(outcome.rows, f"llmbench sweep — {plan.out}", plan.slo, knee))
+        from llmbench.report import build_report
+
+        console.print(f"report: {build_report([plan.out], plan.out / results.REPORT)}")
+    console.print(f"results: {plan.out}")
+    console.print(answer_line(outcome.capacity, plan.slo), highlight=False)
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)

@@ -1,0 +1,144 @@
+"""Service-level objectives, one syntax everywhere, and the answer a sweep gives against them.
+
+`ttft=500ms,tpot=50ms[,e2el=3s]` (units ms or s, bare numbers are ms); vLLM's `--goodput` spelling
+`ttft:500 tpot:50` is accepted too. A request is good when every stated bound holds, inclusively, as vLLM's
+goodput counts it; a load level meets the SLO when at least `attainment` of its requests are good (0.99: the
+P99s are within the bounds). The default is MLPerf's LLM server scenario (Llama-3.1-8B): P99 TTFT 2 s and
+P99 TPOT 100 ms.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+KEYS = ("ttft", "tpot", "e2el")
+MLPERF_SERVER = {"ttft": 2000.0, "tpot": 100.0}
+
+
+class SLOError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_ms: float | None = MLPERF_SERVER["ttft"]
+    tpot_ms: float | None = MLPERF_SERVER["tpot"]
+    e2el_ms: float | None = None
+    attainment: float = 0.99
+    source: str = "MLPerf server defaults"
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms))
+                if v is not None}
+
+    def describe(self) -> str:
+        """`P99 TTFT <= 2 s and P99 TPOT <= 100 ms` (the percentile follows the attainment)."""
+        pct = f"P{self.attainment * 100:g}"
+        parts = [f"{pct} {k.upper()} <= {_ms_text(v)}" for k, v in self.bounds.items()]
+        return " and ".join(parts) if parts else "no latency bound"
+
+    def spec(self) -> str:
+        return ",".join(f"{k}={v:g}ms" for k, v in self.bounds.items())
+
+
+def _ms_text(ms: float) -> str:
+    return f"{ms / 1000:g} s" if ms >= 1000 and ms % 100 == 0 else f"{ms:g} ms"
+
+
+_PART = re.compile(r"^\s*(ttft|tpot|e2el)\s*[=:]\s*([0-9.]+)\s*(ms|s)?\s*$")
+
+
+def parse_slo(text: str | list[str] | tuple[str, ...] | None, attainment: float = 0.99) -> SLO:
+    """`ttft=500ms,tpot=50ms`, `ttft:500 tpot:50` or a list of such parts; None or empty: MLPerf's."""
+    if isinstance(text, list | tuple):
+        text = ",".join(text)
+    if not text or not text.strip():
+        return SLO(attainment=attainment)
+    bounds: dict[str, float] = {}
+    for part in re.split(r"[,\s]+", text.strip()):
+        if not part:
+            continue
+        match = _PART.match(part)
+        if not match:
+            raise SLOError(f"bad SLO {part!r}: use ttft=500ms,tpot=50ms[,e2el=3s]")
+        key, value, unit = match.groups()
+        bounds[key] = float(value) * (1000.0 if unit == "s" else 1.0)
+    return SLO(bounds.get("ttft"), bounds.get("tpot"), bounds.get("e2el"), attainment, "stated")
+
+
+def good_mask(ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray, success: np.ndarray, slo: SLO) -> np.ndarray:
+    """Per request: succeeded and within every bound (a request of one token has no TPOT and passes it)."""
+    ok = np.asarray(success, dtype=bool).copy()
+    for key, values, missing in (("ttft", ttft_s, np.inf), ("tpot", tpot_s, 0.0), ("e2el", e2el_s, np.inf)):
+        bound = slo.bounds.get(key)
+        if bound is not None:
+            v = np.asarray(values, dtype=float)
+            ok &= np.where(np.isnan(v), missing, v) * 1000.0 <= bound
+    return ok
+
+
+@dataclass
+class Capacity:
+    """What a sweep says about one replica under the SLO."""
+
+    rate: float | None  # req/s per replica meeting the SLO (interpolated), None when no rate met it
+    note: str
+    lowest_rate: float
+    highest_rate: float
+    passing: list[float]
+
+    def sentence(self, slo: SLO) -> str:
+        if self.rate is None:
+            return (f"no rate met the SLO ({slo.describe()}); the lowest rate measured was {self.lowest_rate:g} "
+                    f"req/s, try --rate {lower_rates(self.lowest_rate)}")
+        return f"sustains {self.rate:.3g} req/s per replica under {slo.describe()} ({self.note})"
+
+
+def lower_rates(lowest: float) -> str:
+    """A `--rate` range below a rate that already missed the SLO."""
+    return f"{max(lowest / 10, 0.1):.2g}..{lowest:g}"
+
+
+def capacity(points: list[dict], slo: SLO) -> Capacity:
+    """`points`: {rate, attainment} per measured finite rate. The highest rate that meets the SLO, interpolated
+    towards the next (failing) rate by attainment; the knee is never a rate that missed the SLO."""
+    points = sorted(points, key=lambda p: p["rate"])
+    if not points:
+        raise SLOError("no finite-rate results to answer from (run `llmbench sweep`)")
+    passing = [p for p in points if p["attainment"] >= slo.attainment]
+    lowest, highest = points[0]["rate"], points[-1]["rate"]
+    if not passing:
+        return Capacity(None, f"even {lowest:g} req/s missed it", lowest, highest, [])
+    best = passing[-1]
+    after = [p for p in points if p["rate"] > best["rate"]]
+    if not after:
+        return Capacity(best["rate"], "the highest measured rate still met the SLO: a lower bound; sweep higher "
+                        "rates", lowest, highest, [p["rate"] for p in passing])
+    nxt = after[0]
+    rate = best["rate"]
+    if best["attainment"] > nxt["attainment"]:
+        frac = (best["attainment"] - slo.attainment) / (best["attainment"] - nxt["attainment"])
+        rate = best["rate"] + frac * (nxt["rate"] - best["rate"])
+    return Capacity(rate, f"interpolated between {best['rate']:g} and {nxt['rate']:g} req/s", lowest, highest,
+                    [p["rate"] for p in passing])
+
+
+def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
+    """Per finite-rate result of a folder: its rate and the fraction of its requests within the SLO, recomputed
+    from the per-request records (`frame`, as `llmbench.results.load_records` gives it), so any SLO can be put
+    to any folder after the fact."""
+    points = []
+    for r in results:
+        if r.get("request_rate") in ("inf", None):
+            continue
+        rows = frame[frame["label"] == r["label"]] if not frame.empty else frame
+        if "warmup" in rows:
+            rows = rows[~rows["warmup"].astype(bool)]
+        good = good_mask(rows["ttft"], rows["tpot"], rows["latency"], rows["success"], slo) if len(rows) else []
+        points.append({"rate": float(r["request_rate"]), "attainment": float(np.mean(good)) if len(rows) else 0.0,
+                       "label": r["label"]})
+    return points
