@@ -44,7 +44,7 @@ SIZES: dict[str, ModelSize] = {
     "qwen0.5b-shape": ModelSize(896, 24, 14, 2, 4864, 4096),  # Qwen2.5-0.5B's shapes, for GPU checks
 }
 
-DEFAULT_SIZE = "small"  # what the engine serves and llmbench counts tokens with when no model is named
+DEFAULT_SIZE = "tiny"  # what the engine serves, and llmbench counts tokens with, when no model is named
 
 # layer-skip self-drafts for speculative decoding: (target size, leading layers kept)
 DRAFTS: dict[str, tuple[str, int]] = {"small-draft": ("small", 2), "tiny-draft": ("tiny", 1)}

@@ -216,7 +216,7 @@ class LLM:
         return [final[rid] for rid in ids]
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text).input_ids
+        return self.tokenizer(text, verbose=False).input_ids  # too long is answered with a 400, not a warning
 
     # -- internals --------------------------------------------------------------------------------
     def _fork(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[Sequence], torch.Tensor]:

@@ -18,8 +18,10 @@ from llmbench import gate_ratio
 @click.option("--max-regression", default=None, help="e.g. p99_ttft=10%,p99_tpot=10%,output_throughput=5%")
 @click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.9999))
 @click.option("--update-baseline", is_flag=True, help="Write the current run as the new baseline file and exit.")
-@click.option("--summary", "summary_path", default="gate-summary.md", show_default=True, type=click.Path())
-@click.option("--junit", "junit_path", default="gate-junit.xml", show_default=True, type=click.Path())
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False),
+              help="Markdown summary (default: gate-summary.md next to --current, or to the ratio baseline).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
+              help="JUnit XML (default: gate-junit.xml next to --current).")
 @click.option("--ratio", is_flag=True, help="Ratio mode: measure candidate and reference interleaved, gate ratios.")
 @click.option("--name", default="pair", show_default=True, help="Ratio mode: name of this pair in the baseline.")
 @click.option("--candidate", default="", help="Ratio mode: bundled-engine flags, e.g. batching=continuous.")
@@ -41,6 +43,7 @@ def gate_command(baseline, current, max_regression, confidence, update_baseline,
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--max-regression") from None
     if ratio:
+        summary_path = summary_path or str(Path(baseline).parent / "gate-summary.md")
         code = _ratio(baseline, update_baseline, tolerances, confidence, name, candidate, reference, candidate_url,
                       reference_url, model, dataset, dataset_option, num_prompts, rounds, rate, summary_path)
         sys.exit(code)
@@ -56,9 +59,12 @@ def gate_command(baseline, current, max_regression, confidence, update_baseline,
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     text = g.markdown(result)
-    Path(summary_path).write_text(text)
-    Path(junit_path).write_text(g.junit(result))
+    beside = Path(current) if Path(current).is_dir() else Path(current).parent
+    summary, junit = Path(summary_path or beside / "gate-summary.md"), Path(junit_path or beside / "gate-junit.xml")
+    summary.write_text(text)
+    junit.write_text(g.junit(result))
     click.echo(text)
+    click.echo(f"summary: {summary}\njunit: {junit}")
     sys.exit(result.exit_code)
 
 
@@ -103,6 +109,7 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
     text = "\n".join(lines) + "\n"
     Path(summary_path).write_text(text)
     click.echo(text)
+    click.echo(f"summary: {summary_path}")
     return 1 if any(r["verdict"] == "regression" for r in rows) else 0
 
 

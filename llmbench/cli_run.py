@@ -175,7 +175,7 @@ def finish(plan: SweepPlan, outcome: SweepOutcome, report: bool) -> None:
         console.print("[yellow]interrupted:[/] the results so far are written, marked \"interrupted\": true")
     knee = outcome.capacity.passing[-1] if outcome.capacity and outcome.capacity.passing else None
     if report and len(outcome.rows) > 0:
-        console.print(summary_table(outcome.rows, f"llmbench sweep — {plan.out}", plan.slo, knee))
+        console.print(summary_table(outcome.rows, f"llmbench sweep — {plan.out}", plan.slo, knee), soft_wrap=False)
         from llmbench.report import build_report
 
         console.print(f"report: {build_report([plan.out], plan.out / results.REPORT)}")

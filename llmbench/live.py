@@ -4,13 +4,23 @@ finished rate, the table of all rates, and the answer last."""
 from __future__ import annotations
 
 import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from llmbench.runner import Progress as RunProgress
 from llmbench.slo import SLO, Capacity
-from llmbench.sweep import View, served
+from llmbench.sweep import View
 from llmbench.target import Target
 
 
@@ -30,12 +40,16 @@ def _pcts(values: list[float], fmt: str) -> str:
 
 
 class LiveView(View):
-    """rich progress with elapsed time and ETA per rate and for the sweep; plain lines when not a terminal."""
+    """rich progress with elapsed time and ETA for the sweep and the current rate, and a status line of
+    counts, output tokens/s and running latency percentiles; plain lines when not a terminal."""
 
     def __init__(self, console: Console | None = None, live: bool = True) -> None:
         self.console = console or terminal()
         self.live = live and self.console.is_terminal
-        self.bars: Progress | None = None
+        self.bars = Progress(TextColumn("{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        self.status = Text("")
+        self.display: Live | None = None
         self.sweep_task = self.rate_task = None
         self.tokens_at: tuple[float, int] = (0.0, 0)
         self.tok_rate = 0.0
@@ -51,40 +65,38 @@ class LiveView(View):
     def rate_started(self, index: int, count: int, rate: float, requests: int) -> None:
         if not self.live:
             return
-        if self.bars is None:
-            self.bars = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24),
-                                 TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                                 TimeRemainingColumn(), TextColumn("{task.fields[latency]}"), console=self.console,
-                                 refresh_per_second=4)
-            self.bars.start()
-            self.sweep_task = self.bars.add_task("sweep", total=count, counts="", latency="")
-        self.bars.update(self.sweep_task, completed=index,
-                         description=f"rate {index + 1} of {count}", counts="", latency="")
-        self.rate_task = self.bars.add_task(f"  {rate:g} req/s", total=requests, counts="", latency="")
+        if self.display is None:
+            self.sweep_task = self.bars.add_task("rates", total=count)
+            self.display = Live(Group(self.bars, self.status), console=self.console, refresh_per_second=4,
+                                transient=True)
+            self.display.start()
+        self.bars.update(self.sweep_task, completed=index, description=f"rate {index + 1} of {count}")
+        self.rate_task = self.bars.add_task(f"{rate:g} req/s done", total=requests)
         self.tokens_at, self.tok_rate = (0.0, 0), 0.0
+        self.status.plain = ""
 
     def progress(self, p: RunProgress) -> None:
-        if not self.live or self.rate_task is None:
+        if self.display is None or self.rate_task is None:
             return
         t, tokens = self.tokens_at
         if p.elapsed - t >= 2.0:
             self.tok_rate = (p.output_tokens - tokens) / (p.elapsed - t)
             self.tokens_at = (p.elapsed, p.output_tokens)
-        counts = (f"sent {p.sent}/{p.total} · done {p.done} · in flight {max(p.in_flight, 0)}"
-                  + (f" · failed {p.failed}" if p.failed else "") + f" · {self.tok_rate:,.0f} out tok/s")
-        latency = f"TTFT P50/P99 {_pcts(p.ttft_ms, '.0f')} ms · TPOT {_pcts(p.tpot_ms, '.1f')} ms"
-        self.bars.update(self.rate_task, completed=min(p.done, p.total), counts=counts, latency=latency)
+        self.bars.update(self.rate_task, completed=min(p.done, p.total))
+        self.status.plain = (f"sent {p.sent}/{p.total} · in flight {max(p.in_flight, 0)}"
+                             + (f" · failed {p.failed}" if p.failed else "") + f" · {self.tok_rate:,.0f} out tok/s\n"
+                             f"TTFT P50/P99 {_pcts(p.ttft_ms, '.0f')} ms · TPOT P50/P99 {_pcts(p.tpot_ms, '.1f')} ms")
 
     def rate_done(self, row: dict) -> None:
-        if self.bars is not None and self.rate_task is not None:
+        if self.rate_task is not None:
             self.bars.remove_task(self.rate_task)
             self.rate_task = None
-        self.console.print(row_line(row))
+        self.console.print(row_line(row), highlight=False)
 
     def close(self) -> None:
-        if self.bars is not None:
-            self.bars.stop()
-            self.bars = None
+        if self.display is not None:
+            self.display.stop()
+            self.display = None
 
 
 def row_line(row: dict) -> str:
@@ -93,40 +105,36 @@ def row_line(row: dict) -> str:
     attained = row.get("slo_attainment")
     slo = f", SLO met by {attained:.1%}" if attained is not None else ""
     return (f"[{row['label']}] {rate if rate == 'inf' else format(rate, 'g')} req/s offered: completed "
-            f"{row['completed']}, failed {row['failed']}, sent {row['achieved_rate']:.2f}/s, done {served(row):.2f}/s, "
+            f"{row['completed']}, failed {row['failed']}, sent {row['achieved_rate']:.2f}/s, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
             f"{row['p99_ttft_ms']:.0f} ms, TPOT P50/P99 {row['median_tpot_ms']:.1f}/{row['p99_tpot_ms']:.1f} ms{slo}"
             + (f" — {notes}" if notes else ""))
 
 
 def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) -> Table:
-    """One row per rate; `done/s` is the same figure the saturation message quotes."""
-    table = Table(title=title)
-    columns = [("rate", None), ("sent/s", "achieved_rate"), ("done/s", None), ("out tok/s", "output_throughput"),
-               ("TTFT P50", "median_ttft_ms"), ("TTFT P99", "p99_ttft_ms"), ("TPOT P50", "median_tpot_ms"),
-               ("TPOT P99", "p99_tpot_ms"), ("SLO met", "slo_attainment"), ("goodput req/s", "request_goodput"),
-               ("failed", "failed")]
-    if any("spec_acceptance_rate" in r for r in rows):
-        columns.append(("spec α", "spec_acceptance_rate"))
-    for name, _ in columns:
-        table.add_column(name, justify="right")
-    formats = {"achieved_rate": "{:.2f}", "output_throughput": "{:,.0f}", "median_ttft_ms": "{:.0f}",
-               "p99_ttft_ms": "{:.0f}", "median_tpot_ms": "{:.1f}", "p99_tpot_ms": "{:.1f}",
-               "slo_attainment": "{:.1%}", "request_goodput": "{:.2f}", "failed": "{:.0f}",
-               "spec_acceptance_rate": "{:.2f}"}
+    """One row per rate; `kept up` is the figure the saturation verdict rests on, `SLO met` the fraction of
+    requests within the SLO (goodput is that fraction of the completions per second: summary.csv has it)."""
+    cells = []
     for row in rows:
         rate = row["request_rate"]
-        cells = []
-        for name, key in columns:
-            if name == "rate":
-                mark = " *" if knee is not None and rate == knee else ""
-                cells.append(f"{rate:g}{mark}" if isinstance(rate, int | float) else str(rate))
-            elif name == "done/s":
-                cells.append(f"{served(row):.2f}")
-            else:
-                cells.append(fmt_cell(row.get(key), formats.get(key)))
-        table.add_row(*cells, style="red" if row.get("saturated") else None)
-    table.caption = f"SLO: {slo.describe()} ({slo.source}); * the highest rate that met it; red: saturated"
+        mark = " *" if knee is not None and rate == knee else ""
+        verdict = "saturated" if row.get("saturated") else "interrupted" if row.get("interrupted") else ""
+        cells.append([f"{rate:g}{mark}" if isinstance(rate, int | float) else str(rate),
+                      fmt_cell(row.get("kept_up"), "{:.0%}"),
+                      fmt_cell(row.get("output_throughput"), "{:,.0f}"),
+                      f"{row['median_ttft_ms']:.0f}/{row['p99_ttft_ms']:.0f}",
+                      f"{row['median_tpot_ms']:.1f}/{row['p99_tpot_ms']:.1f}",
+                      fmt_cell(row.get("slo_attainment"), "{:.1%}"), fmt_cell(row.get("failed"), "{:.0f}"), verdict])
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)  # no vertical rules: fits 80 columns
+    names = ("rate", "kept up", "out tok/s", "TTFT ms P50/P99", "TPOT ms P50/P99", "SLO met", "failed", "verdict")
+    for i, name in enumerate(names):  # neither values nor header words are cut; headers wrap instead
+        width = max([len(c[i]) for c in cells] + [len(word) for word in name.split()])
+        table.add_column(name, justify="left" if name == "verdict" else "right", min_width=width)
+    for row, values in zip(rows, cells, strict=True):
+        table.add_row(*values, style="red" if row.get("saturated") else None)
+    spec = [r.get("spec_acceptance_rate") for r in rows if "spec_acceptance_rate" in r]
+    extra = f"; speculative acceptance {', '.join(fmt_cell(a, '{:.2f}') for a in spec)}" if spec else ""
+    table.caption = f"SLO: {slo.describe()} ({slo.source}); * the highest rate that met it{extra}"
     return table
 
 

@@ -105,50 +105,47 @@ def compute(records: list[RequestRecord], duration: float | None = None,
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", latencies)):
         result |= stats_ms(values, name, percentiles)
     result |= client_health(measured, percentiles, requested_rate)
-    result["steady_completion_rate"] = steady_completion_rate(measured, ok, latencies)
-    result |= growth(measured)
+    result |= backlog(measured)
     result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in measured if not r.success))
     return result
 
 
-def steady_completion_rate(measured: list[RequestRecord], ok: list[RequestRecord], latencies: list[float]
-                           ) -> float | None:
-    """Completions per second while requests were still arriving, after the first median latency: under
-    capacity it equals the arrival rate, in saturation it is capped. (Completed ÷ duration also counts the
-    drain after the last arrival, which reads as "saturated" for any long-output run.)"""
-    if len(ok) < 4:
-        return None
-    first, last = min(r.start for r in measured), max(r.start for r in measured)
-    begin = first + float(np.median(latencies))
-    if last - begin < 0.25 * (last - first) or last <= begin:
-        return None
-    return sum(1 for r in ok if begin <= r.end <= last) / (last - begin)
+def backlog(measured: list[RequestRecord]) -> dict[str, float | None]:
+    """Whether the server kept up while requests arrived, from what the client saw.
 
-
-def growth(measured: list[RequestRecord]) -> dict[str, float | None]:
-    """How much the load built up while requests arrived: E2E latency and requests in flight over the last
-    third of the arrival window, relative to the middle third (the first third is the ramp-up). A server
-    under capacity holds both steady; one past it lets both climb for as long as arrivals continue."""
-    out: dict[str, float | None] = {"latency_growth": None, "in_flight_growth": None}
-    done = [r for r in measured if r.end > r.start]
+    After the ramp-up (the first third of the arrival window) a server under capacity completes requests as
+    fast as they arrive, so the number in flight stays level; one past it lets them pile up. A straight line
+    fitted to the number in flight over the rest of the window gives both figures: `kept_up`, completions per
+    arrival (1 - the line's slope / the arrival rate), and `in_flight_growth`, the line's end over its start.
+    `latency_growth`: latency per output token (E2E / tokens, so lengths add no noise) of the last third's
+    arrivals over the middle third's. `window_note`: set when requests take so long that the window cannot
+    tell (a longer --duration can)."""
+    out: dict[str, float | None] = {"kept_up": None, "latency_growth": None, "in_flight_growth": None}
+    done = [r for r in measured if r.success and r.end > r.start and output_tokens(r)]
     if len(done) < 30:
         return out
     starts = np.array([r.start for r in done])
     ends = np.array([r.end for r in done])
-    first, last = starts.min(), starts.max()
-    if last <= first:
+    first, last = float(starts.min()), float(starts.max())
+    span = last - first
+    if span <= 0:
         return out
-    cut1, cut2 = first + (last - first) / 3, first + 2 * (last - first) / 3
-    lat = ends - starts
-    middle, late = lat[(starts >= cut1) & (starts < cut2)], lat[starts >= cut2]
+    cut1, cut2 = first + span / 3, first + 2 * span / 3
+    grid = np.linspace(cut1, last, 40)
+    flying = np.array([np.sum((starts <= t) & (ends > t)) for t in grid], dtype=float)
+    slope, intercept = np.polyfit(grid, flying, 1)
+    arrival_rate = len(done) / span
+    out["kept_up"] = float(1.0 - slope / arrival_rate)
+    at_start, at_end = intercept + slope * cut1, intercept + slope * last
+    out["in_flight_growth"] = float(at_end / max(at_start, 1.0))
+    per_token = (ends - starts) / np.array([output_tokens(r) for r in done], dtype=float)
+    middle, late = per_token[(starts >= cut1) & (starts < cut2)], per_token[starts >= cut2]
     if len(middle) >= 10 and len(late) >= 10:
         out["latency_growth"] = float(np.median(late) / max(np.median(middle), 1e-9))
-    grid_mid, grid_late = np.linspace(cut1, cut2, 20), np.linspace(cut2, last, 20)
-
-    def in_flight(times: np.ndarray) -> float:
-        return float(np.mean([np.sum((starts <= t) & (ends > t)) for t in times]))
-
-    out["in_flight_growth"] = in_flight(grid_late) / max(in_flight(grid_mid), 1.0)
+    median = float(np.median(ends - starts))
+    if median > 2 * span / 3:
+        out["window_note"] = (f"the median request took {median:.1f} s, more than two thirds of the {span:.1f} s "
+                              "arrival window: too short to tell whether the server kept up (raise --duration)")
     return out
 
 

@@ -30,7 +30,7 @@ METADATA, SUMMARY, PLAN, REPORT = "metadata.json", "summary.csv", "plan.json", "
 ENGINE_LOG = "engine.log"  # the bundled engine's output, when llmbench started it
 NOT_RESULTS = (METADATA, PLAN)
 SUMMARY_KEYS = ["label", "request_rate", "achieved_rate", "completed", "failed", "request_throughput",
-                "request_goodput", "slo_attainment", "output_throughput", "total_token_throughput", "mean_ttft_ms",
+                "request_goodput", "slo_attainment", "kept_up", "output_throughput", "total_token_throughput", "mean_ttft_ms",
                 "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms",
                 "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms", "p99_send_lag_ms",
                 "client_overloaded", "saturated", "interrupted"]

@@ -138,6 +138,8 @@ class Run:
         if interrupted:
             self.notes.append(f"interrupted after {measured} of {len(self.requests)} requests")
         result = metrics.compute(self.records, duration, cfg.percentiles, cfg.goodput, cfg.rate)
+        if "window_note" in result:
+            self.notes.append(result.pop("window_note"))
         if scraper:
             result |= spec_decode_summary(scraper.points)
         if result["client_overloaded"] and not (self.target_down.is_set() or interrupted):

@@ -104,41 +104,51 @@ def lower_rates(lowest: float) -> str:
 
 
 def capacity(points: list[dict], slo: SLO) -> Capacity:
-    """`points`: {rate, attainment} per measured finite rate. The highest rate that meets the SLO, interpolated
-    towards the next (failing) rate by attainment; the knee is never a rate that missed the SLO."""
+    """`points`: {rate, attainment, saturated, kept_up} per measured finite rate. The highest rate that meets
+    the SLO without saturating the server, interpolated towards the next rate by attainment, and never above
+    what the server completed when it was overloaded (kept_up x rate at a saturated rate): a short run past
+    the knee can still show good latencies, because the backlog has not had time to hurt them. The knee is
+    never a rate that missed the SLO."""
     points = sorted(points, key=lambda p: p["rate"])
     if not points:
         raise SLOError("no finite-rate results to answer from (run `llmbench sweep`)")
-    passing = [p for p in points if p["attainment"] >= slo.attainment]
+    met = [p for p in points if p["attainment"] >= slo.attainment and not p.get("saturated")]
     lowest, highest = points[0]["rate"], points[-1]["rate"]
-    if not passing:
+    if not met:
         return Capacity(None, f"even {lowest:g} req/s missed it", lowest, highest, [])
-    best = passing[-1]
+    best = met[-1]
+    passing = [p["rate"] for p in met]
     after = [p for p in points if p["rate"] > best["rate"]]
     if not after:
         return Capacity(best["rate"], "the highest measured rate still met the SLO: a lower bound; sweep higher "
-                        "rates", lowest, highest, [p["rate"] for p in passing])
+                        "rates", lowest, highest, passing)
     nxt = after[0]
-    rate = best["rate"]
-    if best["attainment"] > nxt["attainment"]:
-        frac = (best["attainment"] - slo.attainment) / (best["attainment"] - nxt["attainment"])
+    next_attained = 0.0 if nxt.get("saturated") else nxt["attainment"]
+    rate, note = best["rate"], f"interpolated between {best['rate']:g} and {nxt['rate']:g} req/s"
+    if best["attainment"] > next_attained:
+        frac = (best["attainment"] - slo.attainment) / (best["attainment"] - next_attained)
         rate = best["rate"] + frac * (nxt["rate"] - best["rate"])
-    return Capacity(rate, f"interpolated between {best['rate']:g} and {nxt['rate']:g} req/s", lowest, highest,
-                    [p["rate"] for p in passing])
+    overloaded = [(p["kept_up"] * p["rate"], p["rate"]) for p in after if p.get("saturated") and p.get("kept_up")]
+    if overloaded:
+        ceiling, at = min(overloaded)
+        if ceiling < rate:
+            rate = max(best["rate"], ceiling)
+            note = f"capped by the {ceiling:.3g} req/s the server completed when overloaded at {at:g} req/s"
+    return Capacity(rate, note, lowest, highest, passing)
 
 
 def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
     """Per finite-rate result of a folder: its rate and the fraction of its requests within the SLO, recomputed
     from the per-request records (`frame`, as `llmbench.results.load_records` gives it), so any SLO can be put
-    to any folder after the fact."""
+    to any folder after the fact; with the run's own saturation verdict and kept-up fraction."""
     points = []
     for r in results:
-        if r.get("request_rate") in ("inf", None):
+        if r.get("request_rate") in ("inf", None) or r.get("interrupted"):
             continue
         rows = frame[frame["label"] == r["label"]] if not frame.empty else frame
         if "warmup" in rows:
             rows = rows[~rows["warmup"].astype(bool)]
         good = good_mask(rows["ttft"], rows["tpot"], rows["latency"], rows["success"], slo) if len(rows) else []
         points.append({"rate": float(r["request_rate"]), "attainment": float(np.mean(good)) if len(rows) else 0.0,
-                       "label": r["label"]})
+                       "saturated": bool(r.get("saturated")), "kept_up": r.get("kept_up"), "label": r["label"]})
     return points

@@ -20,8 +20,9 @@ from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode
 
 DEFAULT_PROMPTS = 200  # requests per rate when neither --num-prompts nor a (finite-rate) --duration is given
-SERVED_FLOOR = 0.9  # completions per second below this fraction of the offered rate: falling behind
-GROWTH = 1.5  # latency or requests in flight this much higher late in the run than mid-run: the backlog grows
+KEPT_UP = 0.9  # after the ramp-up, completions below this fraction of arrivals: falling behind
+IN_FLIGHT_GROWTH = 1.25  # ... and requests in flight this much higher at the end of the window than after ramp-up
+LATENCY_GROWTH = 1.5  # ... or latency per token this much higher for the last third's arrivals than mid-run
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 
@@ -97,30 +98,32 @@ class View:
     def rate_done(self, row: dict) -> None: ...
 
 
-def served(row: dict) -> float:
-    """Completions per second while requests still arrived (the drain after the last arrival excluded)."""
-    steady = row.get("steady_completion_rate")
-    return steady if steady is not None else row["request_throughput"]
-
-
 def saturation(history: list[dict], current: dict, max_failure_rate: float = 0.05) -> str | None:
     """Why the sweep should stop after `current`, or None. Saturation needs evidence that holds on a short run:
-    completions fall behind the offered rate *and* latency or the number of requests in flight keeps growing
-    while requests arrive. `history` (earlier rates) is kept for rules that compare rates."""
+    after the ramp-up, completions fell behind arrivals *and* the number in flight or the latency per token
+    grew while requests arrived (never the drain after the last arrival). `history` (earlier rates) is kept for
+    rules that compare rates."""
     total = current["completed"] + current["failed"]
     if total and current["failed"] / total > max_failure_rate:
         return f"{current['failed']} of {total} requests failed"
     rate = current.get("request_rate")
-    if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+    kept_up = current.get("kept_up")
+    if not isinstance(rate, int | float) or not math.isfinite(rate) or kept_up is None or kept_up >= KEPT_UP:
         return None
-    if served(current) >= SERVED_FLOOR * rate:
-        return None
-    grew = [f"{what} rose {current[key]:.1f}x from mid-run to the end"
-            for key, what in (("latency_growth", "E2E latency"), ("in_flight_growth", "requests in flight"))
-            if (current.get(key) or 0) >= GROWTH]
+    grew = [f"{what} rose {current[key]:.1f}x" for key, what, limit in (
+        ("in_flight_growth", "requests in flight", IN_FLIGHT_GROWTH), ("latency_growth", "latency per token",
+                                                                       LATENCY_GROWTH))
+        if (current.get(key) or 0) >= limit]
     if not grew:
         return None
-    return f"saturated: {served(current):.2f} req/s done of {rate:g} offered, and {' and '.join(grew)}"
+    return (f"saturated: completions kept up with {kept_up:.0%} of arrivals ({kept_up * rate:.3g} of {rate:g} "
+            f"req/s) and {' and '.join(grew)} while requests arrived")
+
+
+def _saturated_twice(rows: list[dict]) -> bool:
+    """Two rates in a row past saturation: one could be noise on a short run, two are a trend (and the
+    second shows how the server behaves beyond its knee)."""
+    return len(rows) >= 2 and bool(rows[-1]["saturated"]) and bool(rows[-2]["saturated"])
 
 
 def run_sweep(plan: SweepPlan, view: View | None = None,
@@ -143,9 +146,11 @@ def run_sweep(plan: SweepPlan, view: View | None = None,
                     break
         except KeyboardInterrupt:  # between runs (a run itself ends cleanly on Ctrl-C, marked interrupted)
             outcome.interrupted = True
-    finite = [r for r in outcome.rows if isinstance(r["request_rate"], int | float) and r["completed"]]
+    finite = [r for r in outcome.rows if isinstance(r["request_rate"], int | float) and r["completed"]
+              and not r["interrupted"]]
     if finite:
-        outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0}
+        outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0,
+                                      "saturated": bool(r["saturated"]), "kept_up": r.get("kept_up")}
                                      for r in finite], plan.slo)
     return outcome
 
@@ -181,8 +186,9 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     elif total and row["failed"] / total > plan.max_failure_rate:
         outcome.failure = (f"{row['failed']} of {total} requests failed at {rate:g} req/s (more than "
                            f"--max-failure-rate {plan.max_failure_rate:g})")
-    elif row["saturated"] and plan.stop_when_saturated and index + 1 < len(plan.rates):
-        outcome.stop_reason = f"stopping the sweep at {rate:g} req/s: {row['saturated']}"
+    elif _saturated_twice(outcome.rows) and plan.stop_when_saturated and index + 1 < len(plan.rates):
+        outcome.stop_reason = (f"stopping the sweep: saturated at {outcome.rows[-2]['request_rate']:g} and {rate:g} "
+                               f"req/s; at {rate:g}: {row['saturated']}")
     return not (outcome.interrupted or outcome.failure or outcome.stop_reason)
 
 

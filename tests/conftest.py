@@ -45,12 +45,12 @@ class InProcessServer:
 
         from aiohttp import web
 
-        from engine.serve.server import STATE, build_app
+        from engine.serve.server import STATE, app_runner, build_app
 
         self.app = build_app(llm, **app_kwargs)
         self.state = self.app[STATE]
         self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(self.app)
+        self.runner = app_runner(self.app)
         started = threading.Event()
 
         def run() -> None:

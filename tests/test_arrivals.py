@@ -37,58 +37,56 @@ def test_parse_rates():
 
 
 def test_saturation_needs_falling_behind_and_a_growing_backlog():
-    base = {"completed": 100, "failed": 0, "request_rate": 10.0, "request_throughput": 9.9,
-            "steady_completion_rate": 9.9, "latency_growth": 1.0, "in_flight_growth": 1.0}
+    base = {"completed": 100, "failed": 0, "request_rate": 10.0, "kept_up": 1.0, "latency_growth": 1.0,
+            "in_flight_growth": 1.0}
     assert saturation([], base) is None
     failing = base | {"completed": 90, "failed": 10}
     assert "10 of 100 requests failed" in saturation([], failing)
-    behind = base | {"steady_completion_rate": 6.0}
-    assert saturation([base], behind) is None  # a short run's figures alone are no evidence
+    behind = base | {"kept_up": 0.6}
+    assert saturation([base], behind) is None  # no growth to back it: not enough evidence
     growing = base | {"latency_growth": 2.5, "in_flight_growth": 2.0}
     assert saturation([base], growing) is None  # keeping up, even if latency moved
-    saturated = behind | {"latency_growth": 2.5}
+    saturated = behind | {"in_flight_growth": 1.8}
     message = saturation([base], saturated)
-    assert "6.00 req/s done of 10 offered" in message and "E2E latency rose 2.5x" in message
-    assert "requests in flight rose 1.8x" in saturation([], behind | {"in_flight_growth": 1.8})
+    assert "kept up with 60% of arrivals (6 of 10 req/s)" in message and "requests in flight rose 1.8x" in message
+    assert "latency per token rose 1.6x" in saturation([], behind | {"latency_growth": 1.6})
     assert saturation([], saturated | {"request_rate": "inf"}) is None
+    assert saturation([], saturated | {"kept_up": None}) is None  # too few requests to tell
 
 
-def test_saturation_uses_steady_completions_not_the_drain():
-    """A long-output run under capacity completes fewer per second of total duration (the drain after the
-    last arrival counts), but its steady completion rate matches the offered rate."""
-    draining = {"completed": 100, "failed": 0, "request_rate": 2.0, "request_throughput": 1.53,
-                "steady_completion_rate": 1.95, "latency_growth": 1.6, "in_flight_growth": 1.6}
-    assert saturation([], draining) is None
-    assert "1.10 req/s done of 2 offered" in saturation([], draining | {"steady_completion_rate": 1.1})
+def test_capacity_never_above_what_an_overloaded_server_completed():
+    from llmbench.slo import SLO, capacity
+
+    slo = SLO()
+    points = [{"rate": 5.0, "attainment": 1.0}, {"rate": 10.0, "attainment": 1.0},
+              {"rate": 15.0, "attainment": 1.0, "saturated": True, "kept_up": 0.7},
+              {"rate": 20.0, "attainment": 0.997, "saturated": True, "kept_up": 0.55}]
+    cap = capacity(points, slo)  # a saturated rate counts as missing the SLO, whatever its short-run latencies
+    assert cap.passing == [5.0, 10.0] and cap.rate == pytest.approx(10.05) and "interpolated" in cap.note
+    assert capacity(points[:2] + [{"rate": 15.0, "attainment": 0.5}], slo).rate == pytest.approx(10.1)
+    late = points[:2] + [{"rate": 15.0, "attainment": 0.8},
+                         {"rate": 20.0, "attainment": 1.0, "saturated": True, "kept_up": 0.51}]
+    cap = capacity(late, slo)  # interpolation says 10.9; the overloaded server completed only 10.2
+    assert cap.rate == pytest.approx(10.2) and "capped by the 10.2 req/s" in cap.note
+    assert capacity([{"rate": 5.0, "attainment": 0.5}], slo).rate is None
 
 
-def test_growth_from_records():
-    from llmbench.metrics import growth
+def test_backlog_from_records():
+    """Kept up and growth from what the client saw: a server that keeps pace, and one that falls behind."""
+    from llmbench.metrics import backlog
     from llmbench.records import RequestRecord
 
-    def rec(i: int, start: float, latency: float) -> RequestRecord:
-        r = RequestRecord(index=i, scheduled=start, prompt_len=10, expected_output_len=10)
-        r.start, r.end, r.success = start, start + latency, True
+    def rec(i: int, start: float, latency: float, tokens: int = 20) -> RequestRecord:
+        r = RequestRecord(index=i, scheduled=start, prompt_len=10, expected_output_len=tokens)
+        r.start, r.end, r.success, r.output_tokens = start, start + latency, True, tokens
+        r.chunk_times = [start + latency * (k + 1) / tokens for k in range(tokens)]
         return r
 
-    stable = growth([rec(i, i * 0.1, 3.0) for i in range(150)])  # 10 req/s for 15 s, 3 s each
-    assert stable["latency_growth"] == pytest.approx(1.0) and stable["in_flight_growth"] < 1.2
-    queued = growth([rec(i, i * 0.1, 0.5 + i * 0.05) for i in range(150)])  # each waits longer than the last
-    assert queued["latency_growth"] > 1.5 and queued["in_flight_growth"] > 1.5
-    assert growth([rec(i, i * 0.1, 1.0) for i in range(10)])["latency_growth"] is None  # too few to tell
-
-
-def test_steady_completion_rate_from_records():
-    from llmbench.metrics import steady_completion_rate
-    from llmbench.records import RequestRecord
-
-    def rec(i: int, start: float, latency: float) -> RequestRecord:
-        r = RequestRecord(index=i, scheduled=start, prompt_len=10, expected_output_len=10)
-        r.start, r.end, r.success = start, start + latency, True
-        return r
-
-    stable = [rec(i, i * 0.5, 3.0) for i in range(200)]  # 2 req/s, every request takes 3 s
-    assert steady_completion_rate(stable, stable, [3.0] * 200) == pytest.approx(2.0, rel=0.03)
-    queued = [rec(i, i * 0.5, 1.0 + i * 0.25) for i in range(200)]  # served at 4/3 s: the queue grows
-    lat = [r.end - r.start for r in queued]
-    assert steady_completion_rate(queued, queued, lat) < 1.6
+    stable = backlog([rec(i, i * 0.1, 2.0) for i in range(150)])  # 10 req/s for 15 s, 2 s each
+    assert stable["kept_up"] == pytest.approx(1.0, abs=0.05) and stable["latency_growth"] == pytest.approx(1.0)
+    assert stable["in_flight_growth"] == pytest.approx(1.0, abs=0.05) and "window_note" not in stable
+    queued = backlog([rec(i, i * 0.1, 0.5 + i * 0.05) for i in range(150)])  # each waits longer than the last
+    assert queued["kept_up"] < 0.7 and queued["latency_growth"] > 1.5 and queued["in_flight_growth"] > 1.5
+    slow = backlog([rec(i, i * 0.1, 14.0) for i in range(150)])
+    assert "too short to tell" in slow["window_note"]
+    assert backlog([rec(i, i * 0.1, 1.0) for i in range(10)])["kept_up"] is None  # too few to tell

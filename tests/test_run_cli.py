@@ -143,3 +143,87 @@ def test_embedded_engine_and_results_api(tmp_path, tiny_model):
     assert frame["output_tokens"].tolist() == [8] * 6
     assert "kv_usage" in load_server_metrics(out, "rate-inf").columns
     assert (out / "engine.log").is_file()
+
+
+def test_ctrl_c_keeps_the_partial_result_and_exits_130(scripted, tmp_path, tiny_model):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    server = scripted("--ttft-ms", "20", "--itl-ms", "50")
+    out = tmp_path / "cut"
+    proc = subprocess.Popen([sys.executable, "-m", "llmbench.cli", "sweep", "--base-url", server.url, "--tokenizer",
+                             str(tiny_model), "--rate", "5,10", "--duration", "20", "--output-len", "40", "--out",
+                             str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while not (out / "rate-5.records.jsonl").is_file() and time.time() < deadline:  # the first rate is running
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    data = json.loads((out / "rate-5.json").read_text())
+    assert data["interrupted"] is True and data["completed"] >= 1 and not (out / "rate-10.json").exists()
+    assert list(pd.read_csv(out / "summary.csv")["interrupted"]) == [True]
+    assert len(read_records(out / "rate-5.records.jsonl")) == data["completed"] + data["failed"]
+    assert "interrupted" in output and "sustains" not in output.splitlines()[-1]
+
+
+def test_failures_beyond_the_limit_exit_3(scripted, tmp_path, tiny_model):
+    server = scripted("--fail-every", "4")
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--num-prompts", "40", "--rate", "50",
+               "--out", str(tmp_path / "f"), "--no-progress", "--output-len", "4")
+    assert r.exit_code == 3 and "more than --max-failure-rate 0.05" in r.output
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--num-prompts", "40", "--rate", "50",
+               "--out", str(tmp_path / "g"), "--no-progress", "--output-len", "4", "--max-failure-rate", "0.5")
+    assert r.exit_code == 0, r.output
+
+
+def test_no_results_folder_when_nothing_was_reached(tmp_path):
+    out = tmp_path / "never"
+    r = invoke("run", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--out", str(out))
+    assert r.exit_code == 1 and not out.exists()
+
+
+def test_sweep_ends_with_the_answer(scripted, tmp_path, tiny_model):
+    server = scripted("--ttft-ms", "20", "--itl-ms", "5")
+    out = tmp_path / "answer"
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4,8", "--duration", "3",
+               "--output-len", "8", "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("sustains 8 req/s per replica under P99 TTFT <= 2 s and P99 TPOT <= 100 ms"), last
+    rows = pd.read_csv(out / "summary.csv")
+    assert list(rows["slo_attainment"]) == [1.0, 1.0] and rows["request_goodput"].notna().all()
+    page = (out / "report.html").read_text()
+    assert page.index("Sustains 8 req/s per replica") < page.index("<h2")  # the first thing the report says
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4", "--duration", "3",
+               "--output-len", "8", "--out", str(tmp_path / "strict"), "--no-progress", "--slo", "ttft=5ms")
+    assert r.exit_code == 0
+    assert r.output.strip().splitlines()[-1].startswith("no rate met the SLO (P99 TTFT <= 5 ms); the lowest rate "
+                                                        "measured was 4 req/s, try --rate 0.4..4")
+    assert "Token indices" not in r.output and "Warning" not in r.output
+
+
+def test_report_and_gate_write_beside_the_results(scripted, tmp_path, tiny_model):
+    server = scripted("--ttft-ms", "5", "--itl-ms", "1")
+    out = tmp_path / "res"
+    invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20", "--num-prompts", "20",
+           "--out", str(out), "--no-progress")
+    r = invoke("report", str(out))
+    assert r.exit_code == 0 and (out / "report.html").is_file() and f"report: {out / 'report.html'}" in r.output
+    r = invoke("gate", "--baseline", str(out), "--current", str(out))
+    assert r.exit_code == 0 and (out / "gate-summary.md").is_file() and (out / "gate-junit.xml").is_file()
+    assert f"summary: {out / 'gate-summary.md'}" in r.output
+
+
+def test_engine_commands_name_themselves_llmbench():
+    import subprocess
+    import sys
+
+    for command in ("serve", "quantize"):
+        proc = subprocess.run([sys.executable, "-m", "llmbench.cli", command, "--help"], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0 and proc.stdout.startswith(f"Usage: llmbench {command} "), proc.stdout[:200]

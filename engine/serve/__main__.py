@@ -6,12 +6,12 @@ server's own settings are declared here.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import MISSING, fields
 
 import click
+import uvloop
 
 from engine import PROG_NAME_ENV
 from engine.config import EngineConfig, check, field_types, format_bytes, parse_bytes
@@ -77,7 +77,7 @@ def server_command(host, port, served_model_name, api_key, max_waiting, shutdown
     except (CheckpointError, ValueError) as err:
         raise click.ClickException(str(err)) from None
     app = build_app(llm, served_model_name, api_key, max_waiting)
-    asyncio.run(serve(app, host, port, shutdown_grace))
+    uvloop.run(serve(app, host, port, shutdown_grace))  # socket writes and wake-ups in C, not Python
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -74,7 +74,7 @@ def _prompt_ids(state: dict, parsed: ParsedRequest, body: dict) -> list[list[int
                      "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))}
                     for m in body["messages"]]
         text = llm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        prompts = [llm.tokenizer(text, add_special_tokens=False).input_ids]
+        prompts = [llm.tokenizer(text, add_special_tokens=False, verbose=False).input_ids]
     else:
         prompts = [llm.encode(p) if isinstance(p, str) else p for p in parsed.prompts]
     vocab = llm.model_config.vocab_size
@@ -107,7 +107,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     sub_ids = [f"{req_id}-{i}" for i in range(len(prompts))]
     try:
         for sub_id, ids in zip(sub_ids, prompts, strict=True):
-            aengine.add(sub_id, ids, parsed.params, queue)
+            aengine.add(sub_id, ids, parsed.params, queue, stream=parsed.stream)
     except EngineOverloaded as err:
         for sub_id in sub_ids:
             aengine.abort(sub_id)
@@ -124,20 +124,10 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
                 state["metrics"].forget(sub_id)
 
 
-async def _next(request: web.Request, queue: asyncio.Queue) -> RequestOutput | EngineError:
-    """The next engine output; raises ConnectionResetError once the client has gone away."""
-    while True:
-        try:
-            return await asyncio.wait_for(queue.get(), timeout=0.5)
-        except TimeoutError:
-            if request.transport is None or request.transport.is_closing():
-                raise ConnectionResetError("client disconnected") from None
-
-
 async def _collect(request, state, parsed, req_id, sub_ids, prompts, queue, finished) -> web.Response:
     final: dict[str, RequestOutput] = {}
     while len(final) < len(sub_ids):
-        item = await _next(request, queue)
+        item = await queue.get()
         if isinstance(item, EngineError):
             finished.update(sub_ids)
             raise APIError(500, item.message, type_="server_error")
@@ -167,21 +157,24 @@ async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finis
     await resp.prepare(request)
     tok = state["engine"].llm.tokenizer
     model, chat, n = state["served_name"], parsed.chat, parsed.params.n
-    completion_tokens = 0
+    completion_tokens, prompt_tokens = 0, sum(len(p) for p in prompts)
+    # every chunk of a response shares id, object, created and model: framed once, choices appended per step
+    head = json.dumps(protocol.envelope(req_id, model, chat, True, []), separators=(",", ":"))[:-len(',"choices":[]}')]
 
-    async def send(obj: dict) -> None:
-        await resp.write(f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode())
+    async def send(choices: list[dict], usage: dict | None = None) -> None:
+        tail = "" if usage is None else ',"usage":' + json.dumps(usage, separators=(",", ":"))
+        await resp.write(f'data: {head},"choices":{json.dumps(choices, separators=(",", ":"))}{tail}}}\n\n'.encode())
 
     if chat:
         for index in range(len(sub_ids) * n):
-            delta = {"role": "assistant", "content": ""}
-            await send(protocol.envelope(req_id, model, True, True, [
-                {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]))
+            await send([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                         "finish_reason": None}])
     while len(finished) < len(sub_ids):
-        item = await _next(request, queue)
+        item = await queue.get()
         if isinstance(item, EngineError):
             finished.update(sub_ids)
-            await send(APIError(500, item.message, type_="server_error").body())
+            error = APIError(500, item.message, type_="server_error").body()
+            await resp.write(f"data: {json.dumps(error, separators=(',', ':'))}\n\n".encode())
             break
         p_index = sub_ids.index(item.request_id)
         choices = []
@@ -204,12 +197,9 @@ async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finis
         if item.finished:
             finished.add(item.request_id)
         if choices:
-            running_usage = protocol.usage(sum(len(p) for p in prompts), completion_tokens) \
-                if parsed.continuous_usage else None
-            await send(protocol.envelope(req_id, model, chat, True, choices, running_usage))
+            await send(choices, protocol.usage(prompt_tokens, completion_tokens) if parsed.continuous_usage else None)
     if parsed.include_usage:
-        await send(protocol.envelope(req_id, model, chat, True, [],
-                                     protocol.usage(sum(len(p) for p in prompts), completion_tokens)))
+        await send([], protocol.usage(prompt_tokens, completion_tokens))
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp
@@ -287,9 +277,15 @@ def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | Non
     return app
 
 
+def app_runner(app: web.Application) -> web.AppRunner:
+    """A runner that cancels a request's handler when its client disconnects, so the request is aborted and
+    its KV blocks freed at once (aiohttp leaves handlers running by default)."""
+    return web.AppRunner(app, handle_signals=False, handler_cancellation=True)
+
+
 async def serve(app: web.Application, host: str, port: int, grace_period: float = 30.0) -> None:
     """Run until SIGTERM/SIGINT, then stop admitting, let in-flight requests finish, abort the rest."""
-    runner = web.AppRunner(app, handle_signals=False)
+    runner = app_runner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     log.info("serving on http://%s:%d", host, port)

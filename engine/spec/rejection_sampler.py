@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingParams
-from engine.sampler import apply_filters
+from engine.sampler import filtered_probs
 
 
 def verify(target_logits: torch.Tensor, drafts: list[int], draft_probs: torch.Tensor | None,
@@ -27,9 +27,10 @@ def verify(target_logits: torch.Tensor, drafts: list[int], draft_probs: torch.Te
             if best[i] != d:
                 return best[: i + 1], i
         return best, k
-    p = torch.stack([apply_filters(row, params.temperature, params.top_k, params.top_p, params.min_p)
-                     for row in target_logits])
-    u = torch.rand(k, dtype=torch.float64, generator=generator).tolist()
+    rows = k + 1
+    p = filtered_probs(target_logits, [params.temperature] * rows, [params.top_k] * rows, [params.top_p] * rows,
+                       [params.min_p] * rows)
+    u = torch.rand(k, dtype=torch.float64, device="cpu", generator=generator).tolist()
     for i, d in enumerate(drafts):
         q_d = 1.0 if draft_probs is None else float(draft_probs[i, d])
         if q_d > 0 and u[i] * q_d <= float(p[i, d]):

@@ -1,4 +1,4 @@
-"""`random`: vLLM's uniform lengths around a mean, prompts cut from real ShareGPT text."""
+"""`random`: vLLM's uniform lengths around a mean, prompts of consecutive token ids (no dataset read)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from llmbench.datasets import DatasetError, DatasetInfo, Request
-from llmbench.datasets.text import text_of_length
+from llmbench.datasets.text import random_text_of_length
 
 
 def uniform_lengths(rng: np.random.Generator, mean: int, ratio: float, n: int) -> np.ndarray:
@@ -24,9 +24,9 @@ def build(tokenizer, num_requests: int, seed: int = 0, input_len: int = 1024, ou
     inputs = uniform_lengths(rng, input_len, range_ratio, num_requests)
     outputs = uniform_lengths(rng, output_len, range_ratio, num_requests)
     offsets = rng.integers(0, 2**31, size=num_requests)
-    requests = [Request(text_of_length(tokenizer, int(i), int(o)), int(i), int(out))
+    requests = [Request(random_text_of_length(tokenizer, int(i), int(o)), int(i), int(out))
                 for i, out, o in zip(inputs, outputs, offsets, strict=True)]
     info = DatasetInfo("random", f"random (vLLM semantics): input {input_len}, output {output_len}, "
-                       f"range ratio {range_ratio}, ShareGPT text, seed {seed}",
+                       f"range ratio {range_ratio}, random token ids, seed {seed}",
                        {"input_len": input_len, "output_len": output_len, "range_ratio": range_ratio})
     return requests, info

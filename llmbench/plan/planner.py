@@ -294,7 +294,8 @@ def _catalog_plan(req: PlanRequest, plan: dict) -> dict:
         raise PlanError(str(err.args[0])) from None
     work = sharegpt_workload()
     plan["estimates"].append("no results folder: every figure is an estimate from the GPU and model catalogs "
-                             "and a roofline step-time model with published efficiency priors (planning.md §3)")
+                             "and a roofline step-time model with published efficiency priors (BLIS, Databricks MBU; "
+                             "see llmbench/plan/roofline.py)")
     need = int(work.prompts.max() + work.outputs.max())
     mem = smallest_tp(model, gpu, need, weight_dtype=req.weight_dtype, kv_dtype=req.kv_dtype)
     if mem is None:

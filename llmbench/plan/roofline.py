@@ -10,7 +10,8 @@ from llmbench.plan.memory import BYTES, weight_bytes
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Priors from published measurements (planning.md §3); calibrate on your own sweeps."""
+    """Priors from published measurements (BLIS's roofline defaults and trained overheads, Databricks' MBU);
+    calibrate on your own sweeps."""
 
     mfu: float = 0.45  # BLIS roofline default, H100 prefill
     mbu: float = 0.60  # Databricks: 55-60 % on A100/H100 (MBU)
