@@ -1,9 +1,12 @@
 """Offline throughput: continuous vs static batching vs transformers' padded `generate`, one run.
 
     python benchmarks/engine_throughput.py [--num-prompts 256] [--vllm-python PATH]
+    python benchmarks/engine_throughput.py --workload nano-vllm --device cuda --dtype bfloat16 --eager-too
 
-Every system gets the same ShareGPT-sampled prompts (vLLM's rules, token ids) and the same output
-lengths (ignore_eos), on the bundled `small` model in fp32. Prints tokens/s, ratios and the machine.
+Every system gets the same prompts (token ids) and the same output lengths (ignore_eos): ShareGPT sampled by
+vLLM's rules, or nano-vllm's benchmark workload (256 sequences, random prompt and output lengths uniform in
+100..1024, which needs no dataset). Prints tokens/s, ratios, the engine's mean host time per step and the
+fraction of the run the device was busy, and the machine.
 """
 
 from __future__ import annotations
@@ -47,6 +50,15 @@ def fp32_ceiling() -> float:
     return 2 * 2048**3 / best
 
 
+def nano_vllm_workload(vocab: int, n: int, seed: int) -> list[tuple[list[int], int]]:
+    """nano-vllm's bench.py: random token ids, prompt and output lengths uniform in 100..1024."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(3, vocab, int(rng.integers(100, 1025))).tolist(), int(rng.integers(100, 1025)))
+            for _ in range(n)]
+
+
 def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
     from transformers import AutoTokenizer
 
@@ -55,35 +67,48 @@ def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
     return [(tok(p.prompt).input_ids, p.output_len) for p in pairs]
 
 
-def run_engine(model_dir: Path, reqs, **config) -> float:
+STEP_FIGURES: dict[str, dict] = {}  # run name -> host ms per step, device-busy fraction
+
+
+def run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
     config = {"kv_cache_memory": 4 * 2**30, **config}
     llm = LLM(model_dir, max_model_len=2048, **config)
     print(f"engine {config}: linears {llm.runner.linear_path.split(' (')[0]}, decode attention "
-          f"{llm.runner.decode_attention}", flush=True)
+          f"{llm.runner.decode_attention}, CUDA graphs {llm.runner.graphs is not None}", flush=True)
     llm.generate([reqs[0][0]], SamplingParams(temperature=0, max_tokens=4))
     params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
+    before = dict(llm.stats.totals)
     t0 = time.perf_counter()
     outs = llm.generate([p for p, _ in reqs], params)
     elapsed = time.perf_counter() - t0
     assert [len(o.outputs[0].token_ids) for o in outs] == [out for _, out in reqs]
+    steps = llm.stats.totals["steps"] - before["steps"]
+    device = llm.stats.totals["device_seconds"] - before["device_seconds"]
+    decode = [s for s in llm.stats.steps if s.num_prefill_tokens == 0 and s.num_seqs >= 0.9 * min(len(reqs), 256)]
+    STEP_FIGURES[name] = {"steps": steps, "host_ms_per_step": (elapsed - device) / max(steps, 1) * 1e3,
+                          "busy": device / elapsed,
+                          "host_ms_full_decode": 1e3 * sum(s.step_seconds - s.device_seconds for s in decode)
+                          / max(len(decode), 1) if decode else None}
     return elapsed
 
 
-def run_transformers(model_dir: Path, reqs, batch_size: int) -> float:
+def run_transformers(model_dir: Path, reqs, batch_size: int, device: str = "cpu", dtype: str = "float32") -> float:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype)).to(device).eval()
     pad = model.config.pad_token_id
     t0 = time.perf_counter()
     for i in range(0, len(reqs), batch_size):
         chunk = reqs[i : i + batch_size]
         width = max(len(p) for p, _ in chunk)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in chunk])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in chunk])
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in chunk], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in chunk], device=device)
         new = max(out for _, out in chunk)
         with torch.inference_mode():
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
                            do_sample=False, pad_token_id=pad)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
@@ -149,25 +174,36 @@ def flops(model_dir: Path, reqs) -> float:
 @click.option("--kv-cache-memory", default=4 * 2**30, show_default=True, type=int)
 @click.option("--sdpa-ablation/--no-sdpa-ablation", default=True, show_default=True,
               help="CPU: also run continuous batching with gather + SDPA decodes instead of the C++ kernel.")
+@click.option("--workload", type=click.Choice(["sharegpt", "nano-vllm"]), default="sharegpt", show_default=True)
+@click.option("--max-num-batched-tokens", default=2048, show_default=True)
+@click.option("--eager-too", is_flag=True, help="CUDA: run every engine configuration without CUDA graphs as well.")
+@click.option("--hf-num-prompts", type=int, help="transformers: only the first N requests (its tok/s is compared).")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
-         model_size: str, device: str, dtype: str, kv_cache_memory: int, sdpa_ablation: bool) -> None:
+         model_size: str, device: str, dtype: str, kv_cache_memory: int, sdpa_ablation: bool, workload: str,
+         max_num_batched_tokens: int, eager_too: bool, hf_num_prompts: int | None) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
-    reqs = sample(model_dir, num_prompts, seed)
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    reqs = sample(model_dir, num_prompts, seed) if workload == "sharegpt" else \
+        nano_vllm_workload(vocab, num_prompts, seed)
     n_in = sum(len(p) for p, _ in reqs)
     n_out = sum(o for _, o in reqs)
-    where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory}
-    runs: dict[str, float] = {}
-    runs["engine continuous"] = run_engine(model_dir, reqs, max_num_seqs=256, max_num_batched_tokens=2048, **where)
+    where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory,
+             "max_num_batched_tokens": max_num_batched_tokens}
+    configs = {"engine continuous": {"max_num_seqs": 256}}
     if device == "cpu" and sdpa_ablation:
-        runs["engine continuous, SDPA decode"] = run_engine(model_dir, reqs, max_num_seqs=256,
-                                                            max_num_batched_tokens=2048, cpu_attention="sdpa",
-                                                            **where)
-    for bs in (int(b) for b in static_batch_sizes.split(",") if b):
-        runs[f"engine static (batch {bs})"] = run_engine(model_dir, reqs, batching="static", max_num_seqs=bs,
-                                                         max_num_batched_tokens=2048, **where)
+        configs["engine continuous, SDPA decode"] = {"max_num_seqs": 256, "cpu_attention": "sdpa"}
+    configs |= {f"engine static (batch {bs})": {"batching": "static", "max_num_seqs": bs}
+                for bs in (int(b) for b in static_batch_sizes.split(",") if b)}
+    if eager_too and device.startswith("cuda"):
+        configs |= {f"{name}, eager": {**flags, "enforce_eager": True} for name, flags in list(configs.items())}
+    runs: dict[str, float] = {}
+    for name, flags in configs.items():
+        runs[name] = run_engine(model_dir, reqs, name, **flags, **where)
+    hf_reqs = reqs[:hf_num_prompts] if hf_num_prompts else reqs
+    hf_scale = sum(o for _, o in reqs) / sum(o for _, o in hf_reqs)  # seconds as if it had done every request
     for bs in (int(b) for b in hf_batch_sizes.split(",") if b):
-        runs[f"transformers generate (batch {bs})"] = run_transformers(model_dir, reqs, bs)
+        runs[f"transformers generate (batch {bs})"] = run_transformers(model_dir, hf_reqs, bs, device, dtype) * hf_scale
     if vllm_python:
         try:
             runs["vLLM CPU offline"] = run_vllm(vllm_python, model_dir, reqs)
@@ -180,11 +216,18 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     gpu = f", {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
     print(f"\nmachine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}{gpu}")
-    print(f"workload: {num_prompts} ShareGPT requests (vLLM rules, seed {seed}), {n_in} prompt + {n_out} output "
+    what = "ShareGPT requests (vLLM rules" if workload == "sharegpt" else "nano-vllm requests (lengths 100..1024"
+    print(f"workload: {num_prompts} {what}, seed {seed}), {n_in} prompt + {n_out} output "
           f"tokens, {model_size} model {dtype} on {device}, ignore_eos\n")
-    print(f"{'system':<34}{'seconds':>9}{'output tok/s':>14}{'total tok/s':>13}{'continuous ×':>14}")
+    print(f"{'system':<40}{'seconds':>9}{'output tok/s':>14}{'total tok/s':>13}{'continuous ×':>14}"
+          f"{'host ms/step':>14}{'busy':>7}")
     for name, t in runs.items():
-        print(f"{name:<34}{t:>9.1f}{n_out / t:>14.0f}{(n_in + n_out) / t:>13.0f}{t / cont:>14.2f}")
+        step = STEP_FIGURES.get(name)
+        extra = f"{step['host_ms_per_step']:>14.2f}{step['busy']:>7.0%}" if step else ""
+        print(f"{name:<40}{t:>9.1f}{n_out / t:>14.0f}{(n_in + n_out) / t:>13.0f}{t / cont:>14.2f}{extra}")
+    for name, step in STEP_FIGURES.items():
+        if step["host_ms_full_decode"] is not None:
+            print(f"{name}: host time per decode step with a full batch {step['host_ms_full_decode']:.2f} ms")
     achieved = flops(model_dir, reqs) / cont
     ceiling = fp32_ceiling() if device == "cpu" else None
     print(f"\nengine continuous: {achieved / 1e9:.0f} GFLOP/s"

@@ -18,7 +18,7 @@ from engine.scheduler import Scheduler
 from engine.sequence import Sequence
 from engine.spec.proposer import Proposal, Proposer
 from engine.spec.rejection_sampler import verify
-from engine.stats import StatsLog, StepStats
+from engine.stats import DeviceClock, StatsLog, StepStats
 
 
 @dataclass
@@ -92,6 +92,7 @@ class LLM:
                      if self.config.speculative_model else None)
         self.requests: dict[str, _Request] = {}
         self.stats = StatsLog(self.config.stats_window)
+        self.clock = DeviceClock(self.runner.device)
 
     # -- step interface ---------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None,
@@ -137,6 +138,7 @@ class LLM:
         if self.spec:
             self.spec.copy_blocks(batch.copies)  # before the draft writes into the copied blocks
             proposals = self.spec.propose(batch)
+        self.clock.start()
         logits, sampled = self.runner.execute(batch, {i: p.tokens for i, p in proposals.items()})
         context = sum(s.num_computed_tokens + n for s, n in zip(batch.seqs, batch.num_tokens, strict=True))
         num_decode = sum(1 for seq, n in zip(batch.seqs, batch.num_tokens, strict=True)
@@ -156,7 +158,9 @@ class LLM:
         now = time.time()
         changed: dict[str, _Request] = {}
         plain, plain_logits = self._fork(plain, logits[plain_rows] if speculated else logits)
-        tokens = sampler.sample(plain_logits, plain, self.eos_token_ids)
+        sampled_tokens = sampler.sample(plain_logits, plain, self.eos_token_ids)
+        self.clock.stop()
+        tokens = sampled_tokens.tolist()  # the step's one wait for the device
         logprobs = sampler.top_logprobs(plain_logits, tokens, plain)
         for seq, token, lp in zip(plain, tokens, logprobs, strict=True):
             if not seq.is_finished:
@@ -176,7 +180,7 @@ class LLM:
             prefix_hit_tokens=batch.prefix_hit_tokens, num_preemptions=batch.num_preempted,
             num_generated_tokens=len(tokens) + generated, num_seqs=len(batch.seqs), num_context_tokens=context,
             num_drafts=len(proposals), num_draft_tokens=sum(len(p.tokens) for p in proposals.values()),
-            num_accepted_tokens=accepted,
+            num_accepted_tokens=accepted, device_seconds=self.clock.seconds(),
         ))
         return [self._output(req) for req in changed.values()]
 

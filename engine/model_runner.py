@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from engine.attention.metadata import AttentionMetadata
 from engine.config import CPU_KV_AUTO_BYTES, EngineConfig
 from engine.layers.onednn_linear import pack_model
 from engine.loader import CheckpointError, ModelConfig, load_weights
 from engine.models.llama import LlamaForCausalLM
 from engine.quant import apply as quantization
 from engine.scheduler import ScheduledBatch
+from engine.step_inputs import Chunk, StepInputs, Uploader, build, metadata
 
 log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -44,16 +43,6 @@ def resolve_backend(name: str, device: torch.device) -> str:
     return name
 
 
-@dataclass
-class Chunk:
-    """Tokens of one sequence computed in a forward, and how many trailing positions need logits."""
-
-    token_ids: list[int]
-    start: int  # position of token_ids[0]
-    block_table: list[int]
-    num_logits: int = 0
-
-
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_cfg: ModelConfig, folder: Path, max_model_len: int,
                  num_blocks: int | None = None) -> None:
@@ -61,6 +50,7 @@ class ModelRunner:
         self.config = config
         self.model_cfg = model_cfg
         self.device = torch.device(config.device)
+        self.uploader = Uploader(self.device)
         self.dtype = DTYPES[config.dtype]
         self.block_size = config.block_size
         self.backend = resolve_backend(config.attention_backend, self.device)
@@ -100,11 +90,27 @@ class ModelRunner:
                  str(self.kv_dtype).removeprefix("torch."), self.backend)
         self.graphs = None
         if self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager:
-            from engine.cuda_graphs import DecodeGraphs
+            from engine.cuda_graphs import DecodeGraphs, Limits
 
-            self.graphs = DecodeGraphs(self.model, config.max_num_seqs, -(-max_model_len // self.block_size),
-                                       self.device)
-            self.graphs.capture()
+            limits = Limits(model_cfg.vocab_size, model_cfg.max_position_embeddings, self.num_blocks, self.block_size,
+                            -(-max_model_len // self.block_size) + 1)
+            self.graphs = DecodeGraphs(self.model, config.max_num_seqs, limits, self.device)
+            with self._no_calibration():
+                self.graphs.capture()
+
+    @contextlib.contextmanager
+    def _no_calibration(self):
+        """fp8 KV scales are computed on the first real forward, never on a profiling or capture forward's
+        dummy inputs (a capture would also replay the calibration every step)."""
+        layers = self.model.attention_layers()
+        saved = [attn.scale_constants for attn in layers]
+        for attn in layers:
+            attn.scale_constants = None
+        try:
+            yield
+        finally:
+            for attn, constants in zip(layers, saved, strict=True):
+                attn.scale_constants = constants
 
     def _decode_attention(self, choice: str, head_dim: int) -> tuple[bool, str]:
         """Whether CPU decodes take the C++ kernel, and what /version reports."""
@@ -125,7 +131,7 @@ class ModelRunner:
     @property
     def block_bytes(self) -> int:
         c = self.model_cfg
-        itemsize = torch.tensor([], dtype=self.kv_dtype).element_size()
+        itemsize = torch.empty(0, dtype=self.kv_dtype, device="meta").element_size()
         return 2 * c.num_layers * self.block_size * c.num_kv_heads * c.head_dim * itemsize
 
     def weight_bytes(self) -> int:
@@ -139,14 +145,23 @@ class ModelRunner:
         return max(int(budget // self.block_bytes), 1)
 
     def _cuda_budget(self) -> int:
-        """vLLM's sizing: what is left of utilization x total after a warm-up forward at full budget."""
+        """vLLM's sizing: what is left of utilization x total after a profiling forward at the full token
+        budget, attending through a scratch cache just large enough for it."""
         torch.cuda.reset_peak_memory_stats(self.device)
         n = min(self.config.max_num_batched_tokens, self.max_model_len)
-        meta = self._metadata([n], [n], [np.zeros(0, dtype=np.int64)], warmup=True)
-        ids = torch.zeros(n, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            self.model(ids, torch.arange(n, device=self.device), meta, torch.tensor([n - 1], device=self.device))
+        blocks = -(-n // self.block_size)
+        c = self.model_cfg
+        scratch = torch.zeros((2, c.num_layers, blocks, self.block_size, c.num_kv_heads, c.head_dim),
+                              dtype=self.kv_dtype, device=self.device)
+        layers = self.model.attention_layers()
+        for i, attn in enumerate(layers):
+            attn.k_cache, attn.v_cache = scratch[0, i], scratch[1, i]
+        with torch.inference_mode(), self._no_calibration():
+            self._run(build([Chunk([0] * n, 0, list(range(blocks)), 1)], self.block_size))
         torch.cuda.synchronize(self.device)
+        for attn in layers:
+            attn.k_cache = attn.v_cache = torch.empty(0, device=self.device)
+        del scratch
         free, total = torch.cuda.mem_get_info(self.device)
         peak_extra = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(self.device)
         return int(total * self.config.gpu_memory_utilization - (total - free) - peak_extra)
@@ -175,64 +190,13 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
-        """One flat forward over every chunk; logits [sum of num_logits, vocab] on the CPU."""
-        if self.graphs and self.graphs.fits(len(chunks)) and all(
-                len(c.token_ids) == 1 and c.num_logits == 1 for c in chunks):
-            return self._replay(chunks)
-        ids, positions, tables, rows = [], [], [], []
-        end = 0
-        for c in chunks:
-            n = len(c.token_ids)
-            ids.extend(c.token_ids)
-            positions.append(np.arange(c.start, c.start + n))
-            tables.append(np.asarray(c.block_table, dtype=np.int64))
-            end += n
-            rows.extend(range(end - c.num_logits, end))
-        query_lens = [len(c.token_ids) for c in chunks]
-        context_lens = [c.start + len(c.token_ids) for c in chunks]
-        pos = np.concatenate(positions)
-        meta = self._metadata(query_lens, context_lens, tables, positions=pos)
-        dev = self.device
-        logits = self.model(
-            torch.tensor(ids, dtype=torch.long, device=dev),
-            torch.from_numpy(pos).to(dev),
-            meta,
-            torch.tensor(rows, dtype=torch.long, device=dev),
-        )
-        return logits.cpu()
+        """One flat forward over every chunk; logits [sum of num_logits, vocab], float32, on the device."""
+        inp = build(chunks, self.block_size)
+        if self.graphs is not None and self.graphs.fits(inp) and len(inp.logits_rows) == inp.num_seqs:
+            return self.graphs.run(inp)
+        return self._run(inp)
 
-    def _replay(self, chunks: list[Chunk]) -> torch.Tensor:
-        positions = np.array([c.start for c in chunks])
-        tables = [np.asarray(c.block_table, dtype=np.int64) for c in chunks]
-        meta = self._metadata([1] * len(chunks), list(positions + 1), tables, positions=positions)
-        return self.graphs.run([c.token_ids[0] for c in chunks], positions.tolist(), meta.slot_mapping,
-                               meta.block_tables, (positions + 1).tolist())
-
-    def _metadata(self, query_lens: list[int], context_lens: list[int], tables: list[np.ndarray],
-                  positions: np.ndarray | None = None, warmup: bool = False) -> AttentionMetadata:
-        bs = self.block_size
-        width = max(1, max(len(t) for t in tables))
-        table = np.zeros((len(tables), width), dtype=np.int32)
-        for i, t in enumerate(tables):
-            table[i, : len(t)] = t
-        cu = np.concatenate([[0], np.cumsum(query_lens)]).astype(np.int64)
-        if warmup:
-            slots = np.full(int(cu[-1]), -1, dtype=np.int64)
-        else:
-            seq_of_row = np.repeat(np.arange(len(query_lens)), query_lens)
-            slots = table[seq_of_row, positions // bs].astype(np.int64) * bs + positions % bs
-        decode = [i for i, n in enumerate(query_lens) if n == 1]
-        dev = self.device
-        return AttentionMetadata(
-            query_lens=query_lens,
-            context_lens=context_lens,
-            cu_seqlens_q=torch.from_numpy(cu.astype(np.int32)).to(dev),
-            seq_lens=torch.tensor(context_lens, dtype=torch.int32, device=dev),
-            block_tables=torch.from_numpy(table).to(dev),
-            slot_mapping=torch.from_numpy(slots).to(dev),
-            cu_q=cu.tolist(),
-            decode_seqs=torch.tensor(decode, dtype=torch.long, device=dev),
-            decode_token_rows=torch.tensor([int(cu[i]) for i in decode], dtype=torch.long, device=dev),
-            prefill_seqs=[i for i, n in enumerate(query_lens) if n != 1],
-            decode_kernel="cpp" if self.cpp_decode else "sdpa",
-        )
+    def _run(self, inp: StepInputs) -> torch.Tensor:
+        dev = self.uploader.upload(inp)
+        meta = metadata(inp, dev, "cpp" if self.cpp_decode else "sdpa")
+        return self.model(dev["ids"], dev["positions"], meta, dev["logits_rows"])

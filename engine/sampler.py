@@ -72,19 +72,20 @@ def suppress_stops(logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[in
                 logits[row, banned] = float("-inf")
 
 
-def sample(logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...] = ()) -> list[int]:
-    """logits: [B, V] float32, one row per sequence. Returns one token id per sequence."""
+def sample(logits: torch.Tensor, seqs: list[Sequence], eos_ids: tuple[int, ...] = ()) -> torch.Tensor:
+    """logits: [B, V] float32, one row per sequence. Returns one token id per sequence, on the logits' device
+    (the caller copies them to the host once)."""
     suppress_stops(logits, seqs, eos_ids)
     rows = [i for i, s in enumerate(seqs) if not s.params.greedy]
     if not rows:
-        return logits.argmax(dim=-1).tolist()
+        return logits.argmax(dim=-1)
     everyone = len(rows) == len(seqs)
     tokens = torch.empty(len(seqs), dtype=torch.long, device=logits.device) if everyone else logits.argmax(dim=-1)
     params = [seqs[i].params for i in rows]
     probs = filtered_probs(logits if everyone else logits[rows], [p.temperature for p in params],
                            [p.top_k for p in params], [p.top_p for p in params], [p.min_p for p in params])
     tokens[rows] = draw(probs, [seqs[i].generator for i in rows]).to(tokens.device)
-    return tokens.tolist()
+    return tokens
 
 
 def top_logprobs(logits: torch.Tensor, tokens: list[int], seqs: list[Sequence]) -> list[dict[int, float] | None]:

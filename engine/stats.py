@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
+
+import torch
 
 
 @dataclass
@@ -24,12 +27,41 @@ class StepStats:
     num_drafts: int = 0  # sequences that got speculative guesses this step
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    device_seconds: float = 0.0  # the forward and sampling on the device (the rest of the step is host work)
     index: int = 0  # position in the engine's life, for incremental reads
 
 
-_SUMMED = ("step_seconds", "num_prefill_tokens", "num_decode_tokens", "prefix_queried_tokens",
+_SUMMED = ("step_seconds", "device_seconds", "num_prefill_tokens", "num_decode_tokens", "prefix_queried_tokens",
            "prefix_hit_tokens", "num_preemptions", "num_generated_tokens", "num_drafts", "num_draft_tokens",
            "num_accepted_tokens")
+
+
+class DeviceClock:
+    """How long the device spent on a step's forward and sampling: CUDA events around them, read after the
+    step's one synchronisation (gaps between kernels inside the span count as busy, so in eager mode this is
+    an upper bound); on the CPU, where the work is synchronous, the wall time."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.begin, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.t0 = self.elapsed = 0.0
+
+    def start(self) -> None:
+        if self.cuda:
+            self.begin.record()
+        else:
+            self.t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            self.end.record()
+        else:
+            self.elapsed = time.perf_counter() - self.t0
+
+    def seconds(self) -> float:
+        """After the device has caught up (the step's tokens are on the host)."""
+        return self.begin.elapsed_time(self.end) / 1000 if self.cuda else self.elapsed
 
 
 class StatsLog:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 KEYS = {"name", "description", "dataset", "backend", "arrivals", "run", "slo", "engine"}
 
@@ -26,6 +24,8 @@ def find(name_or_path: str) -> Path:
 
 
 def load(name_or_path: str) -> dict:
+    import yaml
+
     path = find(name_or_path)
     try:
         data = yaml.safe_load(path.read_text())

@@ -74,8 +74,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
         else:
             kk = gather_kv(k_cache, meta.block_tables[i], ctx)
             vv = gather_kv(v_cache, meta.block_tables[i], ctx)
-            key_pos = torch.arange(ctx)
-            query_pos = torch.arange(ctx - n, ctx)
+            key_pos = torch.arange(ctx, device=q.device)
+            query_pos = torch.arange(ctx - n, ctx, device=q.device)
             mask, causal = key_pos[None, :] <= query_pos[:, None], False
         if ctx == n:
             out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale)
@@ -117,7 +117,7 @@ def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     tables = meta.block_tables[rows, : (max_len + bs - 1) // bs]
     kk = gather_blocks(k_cache, tables).flatten(1, 2)  # [B, L, KVH, D]
     vv = gather_blocks(v_cache, tables).flatten(1, 2)
-    mask = (torch.arange(kk.shape[1])[None, :] < lens[:, None])[:, None, None, :]
+    mask = (torch.arange(kk.shape[1], device=kk.device)[None, :] < lens[:, None])[:, None, None, :]
     out = F.scaled_dot_product_attention(
         q.unsqueeze(2), kk.transpose(1, 2).to(q.dtype), vv.transpose(1, 2).to(q.dtype),
         attn_mask=mask, scale=scale * ks, enable_gqa=True,

@@ -50,7 +50,7 @@ def pack_model(model: nn.Module, force: bool = False) -> str:
         try:
             packed = OneDNNLinear(probe)
             with torch.inference_mode():
-                timings = {name: sum(median_seconds(fn, torch.randn(rows, probe.in_features)) for rows in (1, 64, 256))
+                timings = {name: sum(median_seconds(fn, torch.randn(rows, probe.in_features, device="cpu")) for rows in (1, 64, 256))
                            for name, fn in (("onednn", packed), ("torch", lambda x: F.linear(x, probe.weight)))}
         except (RuntimeError, NotImplementedError) as err:
             return f"F.linear (oneDNN packing failed: {str(err).splitlines()[0]})"

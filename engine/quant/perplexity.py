@@ -7,7 +7,7 @@ import math
 import torch
 
 from engine.llm import LLM
-from engine.model_runner import Chunk
+from engine.step_inputs import Chunk
 
 
 def heldout_windows(tokenizer, num_windows: int, seq_len: int) -> list[list[int]]:
@@ -39,7 +39,7 @@ def score(llm: LLM, windows: list[list[int]], chunk: int = 64) -> tuple[float, l
         logits = torch.cat([llm.runner.forward([Chunk(ids[i : i + chunk], i, table, len(ids[i : i + chunk]))])
                             for i in range(0, len(ids), chunk)])
         logp = torch.log_softmax(logits[:-1].float(), dim=-1)
-        nll -= float(logp.gather(1, torch.tensor(ids[1:])[:, None]).sum())
+        nll -= float(logp.gather(1, torch.tensor(ids[1:], device=logp.device)[:, None]).sum())
         count += len(ids) - 1
         all_logits.append(logits)
     return math.exp(nll / count), all_logits

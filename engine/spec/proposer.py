@@ -18,11 +18,12 @@ import torch
 
 from engine.config import EngineConfig
 from engine.loader import ModelConfig, read_config
-from engine.model_runner import Chunk, ModelRunner
-from engine.sampler import apply_filters
+from engine.model_runner import ModelRunner
+from engine.sampler import apply_filters, draw
 from engine.scheduler import ScheduledBatch
 from engine.sequence import Sequence
 from engine.spec.ngram import propose_ngram
+from engine.step_inputs import Chunk
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def _draw(logits: torch.Tensor, seq: Sequence) -> tuple[int, torch.Tensor | None
     if p.greedy:
         return int(logits.argmax()), None
     q = apply_filters(logits, p.temperature, p.top_k, p.top_p, p.min_p)
-    return int(torch.multinomial(q, 1, generator=seq.generator)), q
+    return int(draw(q[None], [seq.generator])[0]), q
 
 
 def check_same_vocab(folder: Path, draft_cfg: ModelConfig, target_cfg: ModelConfig, tokenizer) -> None:

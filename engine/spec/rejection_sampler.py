@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingParams
-from engine.sampler import filtered_probs
+from engine.sampler import draw, filtered_probs
 
 
 def verify(target_logits: torch.Tensor, drafts: list[int], draft_probs: torch.Tensor | None,
@@ -42,7 +42,7 @@ def verify(target_logits: torch.Tensor, drafts: list[int], draft_probs: torch.Te
             residual = (p[i] - draft_probs[i]).clamp_min(0.0)
         if float(residual.sum()) <= 0.0:
             residual = p[i]
-        recovered = int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+        recovered = int(draw(residual[None], [generator])[0])
         return [*drafts[:i], recovered], i
-    bonus = int(torch.multinomial(p[k], 1, generator=generator))
+    bonus = int(draw(p[k][None], [generator])[0])
     return [*drafts, bonus], k
