@@ -50,12 +50,14 @@ def fp32_ceiling() -> float:
     return 2 * 2048**3 / best
 
 
-def nano_vllm_workload(vocab: int, n: int, seed: int) -> list[tuple[list[int], int]]:
-    """nano-vllm's bench.py: random token ids, prompt and output lengths uniform in 100..1024."""
+def nano_vllm_workload(vocab: int, n: int, seed: int, longest: int = 1024) -> list[tuple[list[int], int]]:
+    """nano-vllm's bench.py: random token ids, prompt and output lengths uniform in 100..1024 (scaled down with
+    `longest` for a quick check)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    return [(rng.integers(3, vocab, int(rng.integers(100, 1025))).tolist(), int(rng.integers(100, 1025)))
+    low = max(longest * 100 // 1024, 1)
+    return [(rng.integers(3, vocab, int(rng.integers(low, longest + 1))).tolist(), int(rng.integers(low, longest + 1)))
             for _ in range(n)]
 
 
@@ -178,14 +180,15 @@ def flops(model_dir: Path, reqs) -> float:
 @click.option("--max-num-batched-tokens", default=2048, show_default=True)
 @click.option("--eager-too", is_flag=True, help="CUDA: run every engine configuration without CUDA graphs as well.")
 @click.option("--hf-num-prompts", type=int, help="transformers: only the first N requests (its tok/s is compared).")
+@click.option("--nano-max-len", default=1024, show_default=True, help="nano-vllm workload: the longest length.")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
          model_size: str, device: str, dtype: str, kv_cache_memory: int, sdpa_ablation: bool, workload: str,
-         max_num_batched_tokens: int, eager_too: bool, hf_num_prompts: int | None) -> None:
+         max_num_batched_tokens: int, eager_too: bool, hf_num_prompts: int | None, nano_max_len: int) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     reqs = sample(model_dir, num_prompts, seed) if workload == "sharegpt" else \
-        nano_vllm_workload(vocab, num_prompts, seed)
+        nano_vllm_workload(vocab, num_prompts, seed, nano_max_len)
     n_in = sum(len(p) for p, _ in reqs)
     n_out = sum(o for _, o in reqs)
     where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory,

@@ -165,10 +165,11 @@ def engine_throughput(device: str, dry: bool, home: str, budget: float) -> dict:
     for size, limit in models:
         cmd = [sys.executable, "benchmarks/engine_throughput.py", "--workload", "nano-vllm", "--model-size", size,
                "--device", device, "--dtype", "bfloat16" if not dry else "float32", "--eager-too",
-               "--num-prompts", "256" if not dry else "12", "--static-batch-sizes", "64" if not dry else "4",
+               "--num-prompts", "256" if not dry else "8", "--static-batch-sizes", "64" if not dry else "4",
                "--hf-batch-sizes", "64" if not dry else "4", "--hf-num-prompts", "64" if not dry else "4",
                "--max-num-batched-tokens", "16384" if not dry else "2048", "--no-sdpa-ablation",
-               "--kv-cache-memory", str(16 * 2**30 if not dry else 64 * 2**20)]
+               "--kv-cache-memory", str(16 * 2**30 if not dry else 64 * 2**20),
+               "--nano-max-len", "1024" if not dry else "96"]
         rc, out = run(cmd, max(min(limit, deadline - time.time()), 1), {"LLMBENCH_HOME": home})
         rows = {m[1].strip(): {"seconds": float(m[2]), "output_tok_s": float(m[3]), "total_tok_s": float(m[4]),
                                "host_ms_per_step": float(m[6]) if m[6] else None,

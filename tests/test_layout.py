@@ -26,8 +26,8 @@ FORBIDDEN = {
     "engine.quant": ("engine.serve",),
 }
 CORE = ("engine.config", "engine.sequence", "engine.block_manager", "engine.scheduler", "engine.sampler",
-        "engine.loader", "engine.stats", "engine.detokenizer", "engine.model_runner", "engine.cuda_graphs",
-        "engine.llm")
+        "engine.loader", "engine.stats", "engine.detokenizer", "engine.model_runner", "engine.step_inputs",
+        "engine.cuda_graphs", "engine.llm")
 
 
 def module_name(path: Path) -> str:

@@ -162,15 +162,15 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
     from llmbench.plan.validate import self_check
 
     probe = tmp_path / "probe"
-    r = CliRunner().invoke(main, ["run", "--model", str(tiny_model), "--rate", "inf", "--num-prompts", "64",
-                                  "--out", str(probe), "--no-progress", "--seed", "1"])
+    common = ["--model", str(tiny_model), "--output-len", "64", "--no-progress"]  # fixed lengths: a stable probe
+    r = CliRunner().invoke(main, ["run", *common, "--rate", "inf", "--num-prompts", "64", "--out", str(probe),
+                                  "--seed", "1"])
     assert r.exit_code == 0, r.output
     capacity = json.loads((probe / "rate-inf.json").read_text())["request_throughput"]
-    rates = [round(capacity * f, 2) for f in (0.15, 0.3, 0.45, 0.6)]
+    rates = [round(capacity * f, 2) for f in (0.2, 0.35, 0.5, 0.65)]
     out = tmp_path / "sweep"
-    r = CliRunner().invoke(main, ["sweep", "--model", str(tiny_model), "--rate", ",".join(map(str, rates)),
-                                  "--duration", str(max(10.0, 40 / rates[0])), "--out", str(out), "--no-progress",
-                                  "--seed", "0"])
+    r = CliRunner().invoke(main, ["sweep", *common, "--rate", ",".join(map(str, rates)),
+                                  "--duration", str(max(6.0, 30 / rates[0])), "--out", str(out), "--seed", "0"])
     assert r.exit_code == 0, r.output
     labels = [f"rate-{rate:g}" for rate in rates]
     rows = self_check(out, labels[0::2], labels[1::2])

@@ -54,16 +54,24 @@ def test_sweep_multiple_rates_and_chat(scripted, tmp_path, tiny_model):
 def test_target_dies_mid_run(scripted, tmp_path, tiny_model):
     server = scripted("--ttft-ms", "5", "--itl-ms", "5")
     out = tmp_path / "dead"
-    killer = threading.Timer(2.0, server.stop)
+
+    def kill_after_some_answers() -> None:  # not on a timer: start-up takes longer on a slow, loaded machine
+        deadline = time.time() + 60
+        records = out / "rate-20.records.jsonl"
+        while time.time() < deadline and not (records.is_file() and len(records.read_text().splitlines()) >= 8):
+            time.sleep(0.05)
+        server.stop()
+
+    killer = threading.Thread(target=kill_after_some_answers)
     killer.start()
     t0 = time.time()
     result = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20",
                     "--num-prompts", "400", "--output-len", "20", "--out", str(out), "--no-progress")
     killer.join()
-    assert time.time() - t0 < 15  # ends by itself, long before the 20 s schedule
+    assert time.time() - t0 < 60  # ends by itself, long before the 20 s schedule is through
     assert result.exit_code == 3, result.output  # measured, but a CI job must not pass on a dead target
     data = json.loads((out / "rate-20.json").read_text())
-    assert data["completed"] >= 5 and data["failed"] >= 10  # the kill time counts start-up, which varies
+    assert data["completed"] >= 8 and data["failed"] >= 10 and data["completed"] + data["failed"] < 400
     assert any("stopped answering" in note for note in data["notes"])
     assert "stopped answering" in result.output
     records = read_records(out / "rate-20.records.jsonl")

@@ -77,21 +77,24 @@ def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
 
 
 def measured_capacity(folder: Path, slo: SLO) -> dict:
+    """The measured layer: the sweep's own answer (`per_replica_rate` None, with `missing` saying which
+    measurement would give one, when no rate met the SLO) and the figures the other layers reuse."""
     points, frame = measured_points(folder, slo)
     cap = capacity(points, slo)
+    ok = frame[frame["success"]]
+    out = {"per_replica_rate": cap.rate, "note": cap.note, "points": points,
+           "max_output_throughput": max(p["output_throughput"] for p in points),
+           "mean_output_tokens": float(ok["output_tokens"].mean()),
+           "mean_prompt_tokens": float(ok["prompt_len"].mean()),
+           "median_e2el_low_load": float(frame[frame["label"] == points[0]["label"]]["latency"].median())}
     if cap.rate is None:
         low = points[0]
-        raise PlanError(
+        out["missing"] = (
             f"the SLO ({slo.describe()}) is not met even at the lowest measured rate {low['rate']:g} req/s: "
             f"only {low['attainment']:.1%} of requests met it (P99 TTFT {low['p99_ttft_ms']:.0f} ms, "
             f"P99 TPOT {low['p99_tpot_ms']:.1f} ms). Measure lower rates (--rate {lower_rates(low['rate'])}) "
             "or relax the SLO.")
-    ok = frame[frame["success"]]
-    return {"per_replica_rate": cap.rate, "note": cap.note, "points": points,
-            "max_output_throughput": max(p["output_throughput"] for p in points),
-            "mean_output_tokens": float(ok["output_tokens"].mean()),
-            "mean_prompt_tokens": float(ok["prompt_len"].mean()),
-            "median_e2el_low_load": float(frame[frame["label"] == points[0]["label"]]["latency"].median())}
+    return out
 
 
 def replicas_for(qps: float, per_replica: float, headroom: float, spares: int) -> int:
@@ -228,9 +231,12 @@ def _measured_plan(req: PlanRequest, plan: dict) -> dict:
     folder = Path(req.results)
     cap = measured_capacity(folder, req.slo)
     gpus_per_replica = req.gpus_per_replica or 1
-    replicas = replicas_for(req.qps, cap["per_replica_rate"], req.burst_headroom, req.spares)
-    plan["measured"] = {**cap, "replicas": replicas, "gpus": replicas * gpus_per_replica,
-                        "gpus_per_replica": gpus_per_replica}
+    if cap["per_replica_rate"] is not None:
+        replicas = replicas_for(req.qps, cap["per_replica_rate"], req.burst_headroom, req.spares)
+        plan["measured"] = {**cap, "replicas": replicas, "gpus": replicas * gpus_per_replica,
+                            "gpus_per_replica": gpus_per_replica}
+    else:
+        plan["estimates"].append(f"measured: {cap['missing']}")
     per_gpu_tokens = cap["max_output_throughput"] / gpus_per_replica
     plan["article_formulas"] = {
         "throughput_formula_gpus": math.ceil(req.qps * cap["mean_output_tokens"] / per_gpu_tokens * 1.5),
@@ -259,14 +265,16 @@ def _measured_plan(req: PlanRequest, plan: dict) -> dict:
         shape = EngineShape(config.get("max_num_seqs", 256), config.get("max_num_batched_tokens", 2048), kv_tokens,
                             config.get("block_size", 16), req.prefix_hit_rate)
         shape = _with_overhead(shape, step_model, folder)
-        sim = simulated_plan(step_model, shape, work, req.slo, cap["per_replica_rate"],
+        sim = simulated_plan(step_model, shape, work, req.slo, cap["per_replica_rate"] or cap["points"][0]["rate"],
                              max(step_model.rel_error, 0.05), req.seeds, req.requests_per_sim)
         plan["simulated"] = _sim_dict(sim, req, gpus_per_replica, work, f"fitted on {len(steps)} engine steps "
                                       f"(median error {step_model.rel_error:.1%})", step_model, shape)
     else:
         plan["estimates"].append("no engine step statistics in the folder (not the bundled engine): the simulated "
                                  "layer was skipped; the measured layer stands alone")
-    _costs(plan, req, plan["measured"]["gpus"])
+    if "measured" not in plan and "simulated" not in plan:
+        raise PlanError(cap["missing"])
+    _costs(plan, req, (plan.get("measured") or plan["simulated"])["gpus"])
     return plan
 
 
@@ -344,7 +352,8 @@ def _sim_dict(sim: SimPlan, req: PlanRequest, gpus_per_replica: int, work: Workl
             "replicas_band": [replicas_for(req.qps, max(high, 1e-9), req.burst_headroom, req.spares),
                               replicas_for(req.qps, max(low, 1e-9), req.burst_headroom, req.spares)],
             "knee_rate": sim.per_replica_rate, "curve": sim.curve, "step_model": how, "recommended_flags": flags,
-            "client_overhead_s": shape.client_overhead, "workload": work.source}
+            "client_overhead_s": shape.client_overhead, "workload": work.source,
+            "mean_output_tokens": work.mean_output}
 
 
 def _costs(plan: dict, req: PlanRequest, gpus: int, gpu: catalog.GPU | None = None) -> None:
@@ -352,8 +361,8 @@ def _costs(plan: dict, req: PlanRequest, gpus: int, gpu: catalog.GPU | None = No
     if price is None:
         plan["cost"] = {"note": "no price: pass --price USD_PER_GPU_HOUR"}
         return
-    mean_out = plan.get("analytic", {}).get("mean_output_tokens") or plan.get("measured", {}).get(
-        "mean_output_tokens") or 0
+    mean_out = next((plan[layer]["mean_output_tokens"] for layer in ("analytic", "measured", "simulated")
+                     if layer in plan), 0)
     per_hour = gpus * price
     tokens_per_hour = req.qps * mean_out * 3600
     plan["cost"] = {"usd_per_gpu_hour": price, "price_source": gpu.price_source if gpu and req.price_per_hour is None
