@@ -16,6 +16,7 @@ import click
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bundled.modelbuild import build_model  # noqa: E402
 from llmbench.arrivals import parse_rates  # noqa: E402
 from llmbench.plan.validate import self_check  # noqa: E402
 from llmbench.results import label_for  # noqa: E402
@@ -25,13 +26,14 @@ from llmbench.results import label_for  # noqa: E402
 @click.option("--rates", default="0.5,1,1.5,2,2.5,3", show_default=True)
 @click.option("--duration", default=20.0, show_default=True)
 @click.option("--out", default="results/plan-selfcheck", show_default=True)
-@click.option("--model", default=None, help="Checkpoint folder (default: the bundled small model).")
+@click.option("--model", default=None, help="Checkpoint folder (default: the bundled small model, built if needed).")
 @click.option("--skip-sweep", is_flag=True, help="Reuse an existing sweep in --out.")
 def main(rates: str, duration: float, out: str, model: str | None, skip_sweep: bool) -> None:
     values = parse_rates(rates)
+    model = model or str(build_model("small"))  # the figures below were calibrated on it, not on the tiny default
     if not skip_sweep:
         cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--rate", rates, "--duration", str(duration),
-               "--out", out, "--no-progress", "--seed", "0"] + (["--model", model] if model else [])
+               "--out", out, "--no-progress", "--seed", "0", "--model", model]
         subprocess.run(cmd, check=True)
     labels = [label_for(r, None) for r in values]
     calibrate, predict = labels[0::2], labels[1::2]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One CUDA check of the engine: kernel tests (incl. bf16), attention timings against torch and the
-# bandwidth floor, engine throughput (small + Qwen2.5-0.5B-shaped), a short llmbench sweep.
-# Needs only the repository and the machine's own PyTorch/Triton; sections whose Python packages are
-# missing are recorded as skipped. Writes gpu_check.json (or $1) and prints a short table last.
+# One CUDA check of the engine, under 8 minutes: kernel tests (incl. bf16), attention timings against torch
+# and the bandwidth floor, engine throughput on nano-vllm's workload (Qwen2.5-0.5B-shaped + small; graphs and
+# eager, continuous and static 64, transformers generate), a short llmbench sweep. Each section runs in its own
+# bounded subprocess; sections whose packages are missing are recorded as skipped. Writes gpu_check.json (or
+# $1) after every section and prints a short table last.
 #   scripts/gpu_check.sh [OUT.json] [--dry-run]   (--dry-run: CPU, Triton interpreter, tiny shapes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
