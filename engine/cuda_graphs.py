@@ -145,7 +145,7 @@ class DecodeGraphs:
         group = self.model.cfg.num_heads // self.model.cfg.num_kv_heads
         meta.cache[("tiles", group)] = (tile_seq, tile_start)
         i32.copy_(torch.from_numpy(padded(_empty_step(), size, self.limits).i32))
-        return Captured(None, i64, i32, meta, torch.empty(0))
+        return Captured(None, i64, i32, meta, torch.empty(0, device=self.device))
 
     def fits(self, inp: StepInputs) -> bool:
         return bool(self.captured) and inp.decode_only and inp.num_seqs <= self.sizes[-1] and \

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -98,11 +97,10 @@ class View:
     def rate_done(self, row: dict) -> None: ...
 
 
-def saturation(history: list[dict], current: dict, max_failure_rate: float = 0.05) -> str | None:
-    """Why the sweep should stop after `current`, or None. Saturation needs evidence that holds on a short run:
-    after the ramp-up, completions fell behind arrivals *and* the number in flight or the latency per token
-    grew while requests arrived (never the drain after the last arrival). `history` (earlier rates) is kept for
-    rules that compare rates."""
+def saturation(current: dict, max_failure_rate: float = 0.05) -> str | None:
+    """Why the server counts as saturated at `current`'s rate, or None. Saturation needs evidence that holds on
+    a short run: after the ramp-up, completions fell behind arrivals *and* the number in flight or the latency
+    per token grew while requests arrived (never the drain after the last arrival)."""
     total = current["completed"] + current["failed"]
     if total and current["failed"] / total > max_failure_rate:
         return f"{current['failed']} of {total} requests failed"
@@ -126,8 +124,7 @@ def _saturated_twice(rows: list[dict]) -> bool:
     return len(rows) >= 2 and bool(rows[-1]["saturated"]) and bool(rows[-2]["saturated"])
 
 
-def run_sweep(plan: SweepPlan, view: View | None = None,
-              on_start: Callable[[Target], None] | None = None) -> SweepOutcome:
+def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     """Measure every rate of the plan (or until saturated, interrupted, or the target stops answering)."""
     view = view or View()
     outcome = SweepOutcome([])
@@ -138,8 +135,6 @@ def run_sweep(plan: SweepPlan, view: View | None = None,
                  "(pass --tokenizer DIR for exact lengths)"] if fallback else []
         config = (target.server_info.get("version") or {}).get("config")
         view.target(target, quantization_mode(config) if config else "", notes)
-        if on_start:
-            on_start(target)
         try:
             for index, rate in enumerate(plan.rates):
                 if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
@@ -172,7 +167,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         offsets = arrivals.send_offsets(requests, rate, plan.burstiness, plan.workload.seed)
         run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
-    body["saturated"] = None if run.interrupted else saturation(outcome.rows, body, plan.max_failure_rate)
+    body["saturated"] = None if run.interrupted else saturation(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
     row = results.write_result(files, body)
     outcome.rows.append(row)

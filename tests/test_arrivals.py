@@ -39,19 +39,19 @@ def test_parse_rates():
 def test_saturation_needs_falling_behind_and_a_growing_backlog():
     base = {"completed": 100, "failed": 0, "request_rate": 10.0, "kept_up": 1.0, "latency_growth": 1.0,
             "in_flight_growth": 1.0}
-    assert saturation([], base) is None
+    assert saturation(base) is None
     failing = base | {"completed": 90, "failed": 10}
-    assert "10 of 100 requests failed" in saturation([], failing)
+    assert "10 of 100 requests failed" in saturation(failing)
     behind = base | {"kept_up": 0.6}
-    assert saturation([base], behind) is None  # no growth to back it: not enough evidence
+    assert saturation(behind) is None  # no growth to back it: not enough evidence
     growing = base | {"latency_growth": 2.5, "in_flight_growth": 2.0}
-    assert saturation([base], growing) is None  # keeping up, even if latency moved
+    assert saturation(growing) is None  # keeping up, even if latency moved
     saturated = behind | {"in_flight_growth": 1.8}
-    message = saturation([base], saturated)
+    message = saturation(saturated)
     assert "kept up with 60% of arrivals (6 of 10 req/s)" in message and "requests in flight rose 1.8x" in message
-    assert "latency per token rose 1.6x" in saturation([], behind | {"latency_growth": 1.6})
-    assert saturation([], saturated | {"request_rate": "inf"}) is None
-    assert saturation([], saturated | {"kept_up": None}) is None  # too few requests to tell
+    assert "latency per token rose 1.6x" in saturation(behind | {"latency_growth": 1.6})
+    assert saturation(saturated | {"request_rate": "inf"}) is None
+    assert saturation(saturated | {"kept_up": None}) is None  # too few requests to tell
 
 
 def test_capacity_never_above_what_an_overloaded_server_completed():
