@@ -186,3 +186,30 @@ def test_self_check_names_a_missing_rate(tmp_path):
     shutil.copytree(EXAMPLE, tmp_path / "example")
     with pytest.raises(PlanError, match="rate-7.*not in"):
         self_check(tmp_path / "example", ["rate-0.5", "rate-1.5"], ["rate-7"])
+
+
+def test_gpu_names_forgive_case_separators_and_suggest():
+    for name in ("A100-80G", "a100-80gb", "A100 80GB"):
+        assert catalog.gpu(name).name == "A100-80GB"
+    assert catalog.gpu("H100-80GB").name == catalog.gpu("h100_sxm").name == "H100-SXM"
+    with pytest.raises(KeyError, match="did you mean H100-SXM"):
+        catalog.gpu("H10")
+
+
+def test_moe_decode_reads_nearly_every_expert_beyond_a_few_tokens():
+    """A step of B tokens touches 1 - (1 - k/E)^B of the routed experts, not k/E of them."""
+    m = catalog.model("mixtral-8x7b")
+    assert m.params_read(1) == pytest.approx(m.active_params, rel=1e-6)
+    assert m.params_read(8) / m.params > 0.9 and m.params_read(256) == pytest.approx(m.params)
+    dense = catalog.model("llama-3.1-8b")
+    assert dense.params_read(1) == dense.params
+    roof = RooflineModel(m, H100)
+    assert roof.step_time(0, 64, 64 * 1000) > 2 * roof.step_time(0, 1, 1000)  # 64 decodes read ~3.6x the weights
+
+
+def test_an_unsupported_architecture_names_what_it_lacks(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["OPTForCausalLM"], "num_hidden_layers": 48, "hidden_size": 7168,
+                                  "num_attention_heads": 56, "ffn_dim": 28672, "vocab_size": 50272}))
+    with pytest.raises(KeyError, match="OPTForCausalLM is not a layout the planner models.*no intermediate_size"):
+        catalog.model(str(config))

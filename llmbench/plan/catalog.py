@@ -45,7 +45,9 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
         "alpharomercoma/MI300X-vs-H200 METHODOLOGY.md"),
 ]}
 
-ALIASES = {"H100": "H100-SXM", "A100": "A100-80GB", "H200-SXM": "H200", "A10": "A10G"}
+ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM", "A100": "A100-80GB",
+           "A100-80G": "A100-80GB", "A100-SXM": "A100-80GB", "A100-40G": "A100-40GB", "H200-SXM": "H200",
+           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X"}
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,22 @@ class ModelSpec:
         per_moe = attn + moe_mlp + 2 * h
         return self.embedding_params + (self.layers - moe_layers) * per_dense + moe_layers * per_moe + h
 
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of the routed experts (0 for a dense model): the part a step reads only where routed."""
+        if self.experts <= 1:
+            return 0.0
+        return (self.layers - self.dense_layers) * self.experts * 3 * self.hidden * (self.moe_ffn or self.ffn)
+
+    def params_read(self, tokens: float) -> float:
+        """Parameters a step of `tokens` tokens reads: everything but the routed experts, and of those the
+        expected share hit by tokens·top_k routings, 1 - (1 - k/E)^tokens (nearly all of them by 8 tokens)."""
+        if self.experts <= 1:
+            return self.params
+        hit = 1.0 - (1.0 - min(self.top_k, self.experts) / self.experts) ** max(tokens, 1.0)
+        routed = min(self.routed_expert_params, self.params)
+        return self.params - routed + routed * hit
+
     def kv_bytes_per_token(self, kv_bytes: float, tp: int = 1) -> float:
         """Per GPU: 2·L·max(n_kv/TP, 1)·d_h·b (GQA heads replicated when n_kv < TP); MLA: L·(rank+rope)·b."""
         if self.mla_kv_dim:
@@ -128,12 +146,22 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 ]}
 
 
+def _norm(name: str) -> str:
+    """`a100_80gb`, `A100 80GB`, `A100-80GB` all read alike."""
+    return "".join(c for c in name.upper() if c.isalnum())
+
+
 def gpu(name: str) -> GPU:
-    key = ALIASES.get(name, name)
-    for candidate in GPUS:
-        if candidate.lower() == key.lower():
-            return GPUS[candidate]
-    raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)} (aliases: {', '.join(ALIASES)})")
+    """A catalog GPU by name or alias, case and separators ignored; a near miss gets a suggestion."""
+    names = {_norm(k): v for k, v in ALIASES.items()} | {_norm(k): k for k in GPUS}
+    key = _norm(name)
+    if key in names:
+        return GPUS[names[key]]
+    import difflib
+
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    hint = f"; did you mean {names[close[0]]}?" if close else ""
+    raise KeyError(f"unknown GPU {name!r}{hint} (known: {', '.join(GPUS)}; aliases: {', '.join(ALIASES)})")
 
 
 def model(name_or_path: str) -> ModelSpec:
@@ -147,10 +175,18 @@ def model(name_or_path: str) -> ModelSpec:
     raise KeyError(f"unknown model {name_or_path!r}; known: {', '.join(MODELS)}, or a path to a config.json")
 
 
+SUPPORTED_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
 def model_from_config(path: Path) -> ModelSpec:
     if not path.is_file():
         raise KeyError(f"{path}: no such config.json")
     cfg = json.loads(path.read_text())
+    lacking = [name for name in SUPPORTED_FIELDS if name not in cfg]
+    if lacking:
+        arch = ", ".join(cfg.get("architectures") or [cfg.get("model_type", "this model")])
+        raise KeyError(f"{path}: {arch} is not a layout the planner models (Llama-style decoders with a gated "
+                       f"FFN, GQA and MoE variants): config.json has no {', '.join(lacking)}")
     heads = cfg["num_attention_heads"]
     spec = ModelSpec(
         name=path.parent.name, layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], heads=heads,

@@ -47,7 +47,7 @@ class RooflineModel:
         flops = 2 * m.active_params * tokens
         flops += 4 * m.layers * attn_width * (prefill_tokens * (cached_context + prefill_tokens / 2) + context_tokens)
         kv_bytes = m.kv_bytes_per_token(BYTES[self.kv_dtype], 1) * (context_tokens + cached_context + prefill_tokens)
-        touched = weight_bytes(m, self.weight_dtype) * (m.active_params / m.params)
+        touched = weight_bytes(m, self.weight_dtype) * (m.params_read(tokens) / m.params)
         bytes_moved = touched + kv_bytes
         compute = flops / (self.eff.mfu * self.peak_flops)
         memory = bytes_moved / (self.eff.mbu * self.gpu.bandwidth * self.tp)
