@@ -170,7 +170,7 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
     rates = [round(capacity * f, 2) for f in (0.2, 0.35, 0.5, 0.65)]
     out = tmp_path / "sweep"
     r = CliRunner().invoke(main, ["sweep", *common, "--rate", ",".join(map(str, rates)),
-                                  "--duration", str(max(6.0, 30 / rates[0])), "--out", str(out), "--seed", "0"])
+                                  "--duration", str(max(5.0, 20 / rates[0])), "--out", str(out), "--seed", "0"])
     assert r.exit_code == 0, r.output
     labels = [f"rate-{rate:g}" for rate in rates]
     rows = self_check(out, labels[0::2], labels[1::2])

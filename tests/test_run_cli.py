@@ -166,9 +166,9 @@ def test_ctrl_c_keeps_the_partial_result_and_exits_130(scripted, tmp_path, tiny_
                              str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.time() + 120
-    while not (out / "rate-5.records.jsonl").is_file() and time.time() < deadline:  # the first rate is running
-        time.sleep(0.2)
-    time.sleep(2)
+    records = out / "rate-5.records.jsonl"
+    while not (records.is_file() and records.read_text().count("\n") >= 1) and time.time() < deadline:
+        time.sleep(0.2)  # the first rate is running and has answers to keep
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
