@@ -72,6 +72,15 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
            model, dataset, dataset_option, num_prompts, rounds, rate, summary_path) -> int:
     from llmbench.arrivals import parse_rate
 
+    path = Path(baseline)
+    if not update:  # said before minutes of measuring, not after
+        if not path.is_file():
+            click.echo(f"error: {path}: no ratio baseline (run with --update-baseline first)", err=True)
+            return 2
+        pairs = gate_ratio.load(path)["pairs"]
+        if name not in pairs:
+            click.echo(f"error: {path} has no pair {name!r} (it has {', '.join(pairs)})", err=True)
+            return 2
     try:
         options = dict(_kv(o) for o in dataset_option)
         sides = [gate_ratio.Side("reference", reference_url, gate_ratio.parse_flags(reference)),
@@ -80,7 +89,6 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     current = gate_ratio.ratios(measured, "candidate", "reference", list(tolerances), confidence)
-    path = Path(baseline)
     if update:
         data = gate_ratio.load(path) if path.is_file() else {"pairs": {}}
         data["pairs"][name] = {"candidate": candidate or candidate_url, "reference": reference or reference_url,
@@ -89,13 +97,6 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
         click.echo(f"ratio baseline {name!r} written to {path}")
         _print_ratios(current)
         return 0
-    if not path.is_file():
-        click.echo(f"error: {path}: no ratio baseline (run with --update-baseline first)", err=True)
-        return 2
-    pairs = gate_ratio.load(path)["pairs"]
-    if name not in pairs:
-        click.echo(f"error: {path} has no pair {name!r} (it has {', '.join(pairs)})", err=True)
-        return 2
     rows = gate_ratio.gate(current, pairs[name]["ratios"], tolerances)
     lines = [f"## llmbench ratio gate `{name}`: {'❌ regression' if any(r['verdict'] == 'regression' for r in rows) else '✅ pass'}",
              "", "| metric | baseline ratio | current ratio | interval | change (+ = worse) | verdict |",
