@@ -1,4 +1,4 @@
-"""`llmbench plan --qps 50`: the terminal table and plan.json."""
+"""`llmbench plan`: the answer first (GPUs, $/h, or latencies), then why; plan.json; `plan validate`."""
 
 from __future__ import annotations
 
@@ -7,45 +7,149 @@ from pathlib import Path
 
 import click
 
+MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-throughput, or none (SLO capacity)"
 
-@click.command("plan")
-@click.option("--qps", type=click.FloatRange(0, min_open=True), required=True, help="Peak requests per second.")
-@click.option("--results", type=click.Path(exists=True, file_okay=False), help="A sweep's results folder.")
+
+@click.group("plan", invoke_without_command=True, context_settings={"max_content_width": 110})
+@click.option("--qps", type=click.FloatRange(0, min_open=True), help="Peak requests per second to size the fleet for.")
+@click.option("--at-rate", type=click.FloatRange(0, min_open=True),
+              help="Predict P50/P90/P99 TTFT, TPOT, ITL and E2E at this rate (over --gpus, else one replica).")
+@click.option("--concurrency", type=click.IntRange(1), help="Closed loop: this many requests in flight.")
+@click.option("--max-throughput", is_flag=True, help="Every request at once (rate = inf): tokens/s and req/s.")
+@click.option("--results", type=click.Path(exists=True, file_okay=False),
+              help="A sweep's results folder: its rates (measured) and requests (workload); calibrates the model.")
 @click.option("--slo", help="P99 SLOs, e.g. ttft=500ms,tpot=50ms[,e2el=3s] (default: MLPerf 2 s / 100 ms).")
-@click.option("--attainment", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0))
-@click.option("--gpu", default="H100-SXM", show_default=True, help="Catalog GPU for the unmeasured path.")
+@click.option("--attainment", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0),
+              help="Share of requests that must meet the SLO (0.9 = the SLOs are P90s).")
+@click.option("--gpu", default="H100-SXM", show_default=True, help="Catalog GPU (aliases and any case accepted).")
+@click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False), help="JSON describing another GPU.")
 @click.option("--model", default="llama-3.1-8b", show_default=True, help="Catalog model or a config.json path.")
 @click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4"]),
               help="Default: the measured engine's quantization (from --results), else bf16.")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]),
               help="Default: the measured engine's kv_cache_dtype (from --results), else bf16.")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "llmbench"]), default="vllm",
+              show_default=True, help="Serving-engine profile: overheads, scheduling, KV accounting.")
+@click.option("--max-num-seqs", type=click.IntRange(1))
+@click.option("--max-num-batched-tokens", type=click.IntRange(16))
+@click.option("--max-model-len", type=click.IntRange(16))
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.1, 1.0))
+@click.option("--block-size", type=click.IntRange(1))
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None)
+@click.option("--prefix-caching/--no-prefix-caching", default=None)
+@click.option("--dataset", type=click.Choice(["sharegpt", "random", "synthetic", "jsonl"]), default="sharegpt",
+              show_default=True, help="Workload, as `llmbench run` defines it (ignored with --results).")
+@click.option("--dataset-path", help="ShareGPT JSON or your JSONL trace.")
+@click.option("--input-len", type=click.IntRange(1), help="Fixed input tokens (the random dataset).")
+@click.option("--output-len", type=click.IntRange(1), help="Fixed output tokens.")
+@click.option("--range-ratio", type=click.FloatRange(0, 1, max_open=True), help="random: lengths uniform in L(1±r).")
+@click.option("--num-prompts", default=1000, show_default=True, type=click.IntRange(1), help="Requests sampled.")
+@click.option("--tokenizer", help="Local tokenizer folder to count tokens (default: the bundled one).")
+@click.option("--seed", default=0, show_default=True)
 @click.option("--burst-headroom", default=0.2, show_default=True, type=click.FloatRange(0))
 @click.option("--spares", default=1, show_default=True, type=click.IntRange(0), help="N+1 spare replicas.")
-@click.option("--gpus-per-replica", type=click.IntRange(1), help="Default: 1 measured, smallest TP that fits.")
+@click.option("--gpus-per-replica", "--tp", type=click.IntRange(1), help="Default: smallest TP that fits.")
+@click.option("--gpus", type=click.IntRange(1), help="The fleet for --at-rate/--concurrency/--max-throughput.")
 @click.option("--price", type=click.FloatRange(0), help="USD per GPU-hour (default: the catalog's reference).")
 @click.option("--prefix-hit-rate", default=0.0, show_default=True, type=click.FloatRange(0, 0.99))
+@click.option("--no-search", is_flag=True, help="Do not search the engine-flag grid.")
 @click.option("--out", type=click.Path(dir_okay=False), help="plan.json path (default: in --results, or ./).")
-def plan_command(qps, results, slo, attainment, gpu, model, weight_dtype, kv_dtype, burst_headroom, spares,
-                 gpus_per_replica, price, prefix_hit_rate, out) -> None:
-    """Replicas and GPUs that keep P99 TTFT and TPOT under the SLOs at a target QPS."""
+@click.pass_context
+def plan_command(ctx: click.Context, **o) -> None:
+    """Answer a capacity question for a workload, an engine and GPUs, with bands: GPUs for --qps, latencies
+    --at-rate or at --concurrency, --max-throughput, or the SLO capacity of one replica. plan.json fields:
+    answer, figures (name, value, unit, label measured/simulated/estimated, band), setup, memory, measured,
+    simulated (point, grid, recommended_flags), cost, estimates."""
+    if ctx.invoked_subcommand:
+        return
+    from llmbench.datasets import DatasetError
     from llmbench.plan.planner import PlanError, PlanRequest, make_plan
-    from llmbench.slo import parse_slo
+    from llmbench.slo import SLOError, parse_slo
 
-    measured = measured_dtypes(Path(results)) if results else {}
-    weight_dtype = weight_dtype or measured.get("weight_dtype", "bf16")
-    kv_dtype = kv_dtype or measured.get("kv_dtype", "bf16")
+    if sum(x is not None and x is not False for x in (o["at_rate"], o["concurrency"], o["max_throughput"] or None)) > 1:
+        raise click.UsageError(f"ask one question at a time: {MODES}")
+    results = Path(o["results"]) if o["results"] else None
+    measured = measured_dtypes(results) if results else {}
+    knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
+                               "max_model_len") if o[k] is not None}
+    if o["chunked_prefill"] is not None:
+        knobs["chunked_prefill"] = o["chunked_prefill"]
+    if o["prefix_caching"] is not None:
+        knobs["prefix_caching"] = o["prefix_caching"]
     try:
-        request = PlanRequest(qps=qps, slo=parse_slo(slo, attainment), results=Path(results) if results else None,
-                              gpu=gpu, model=model, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                              burst_headroom=burst_headroom, spares=spares, gpus_per_replica=gpus_per_replica,
-                              price_per_hour=price, prefix_hit_rate=prefix_hit_rate)
+        slo = parse_slo(o["slo"], o["attainment"])
+        check_names(o)
+        work = None if results else workload(o)
+        request = PlanRequest(
+            slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
+            at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
+            weight_dtype=o["weight_dtype"] or measured.get("weight_dtype", "bf16"),
+            kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
+            burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],
+            gpus=o["gpus"], price_per_hour=o["price"], prefix_hit_rate=o["prefix_hit_rate"],
+            search_knobs=not o["no_search"])
         plan = make_plan(request)
-    except (PlanError, ValueError) as err:
+    except (PlanError, SLOError, DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    path = Path(out) if out else (Path(results) / "plan.json" if results else Path("plan.json"))
+    path = Path(o["out"]) if o["out"] else (results / "plan.json" if results else Path("plan.json"))
     path.write_text(json.dumps(plan, indent=2, default=float))
     print_plan(plan)
     click.echo(f"plan: {path}")
+
+
+def check_names(o: dict) -> None:
+    """Unknown GPUs and models are reported before seconds of workload tokenizing."""
+    from llmbench.plan import gpus, models
+    from llmbench.plan.planner import PlanError
+
+    try:
+        models.model(o["model"])
+        if not o["gpu_spec"]:
+            gpus.gpu(o["gpu"])
+    except KeyError as err:
+        raise PlanError(str(err.args[0])) from None
+
+
+def workload(o: dict):
+    from llmbench.plan.workload import from_dataset
+
+    name = o["dataset"]
+    if o["input_len"] is not None and name == "sharegpt":
+        name = "random"  # --input-len/--output-len alone: fixed lengths, as vLLM's random dataset
+    options = {}
+    if name == "random":
+        options = {"input_len": o["input_len"] or 1024, "output_len": o["output_len"] or 128,
+                   "range_ratio": o["range_ratio"] or 0.0}
+    elif o["output_len"] is not None:
+        options["output_len"] = o["output_len"]
+    if o["dataset_path"]:
+        options["path"] = o["dataset_path"]
+    return from_dataset(name, options, o["num_prompts"], o["tokenizer"], o["seed"])
+
+
+@plan_command.command("validate")
+@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E"]), help="Only these rows.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
+def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
+    """Reproduce every published row of planning.md §9: predicted beside published, with the error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmbench.plan.published import CASES, error_summary, validate
+
+    rows = validate([c for c in CASES if not row or c.row in row])
+    table = Table(title="llmbench plan validate — planning.md §9")
+    for col in ("case", "metric", "published", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("case", "metric") else "right")
+    for r in rows:
+        table.add_row(r["case"], r["metric"], f"{r['published']:,.2f}", f"{r['predicted']:,.2f}", f"{r['error']:+.1%}")
+    console = Console()
+    console.print(table)
+    for kind, s in error_summary(rows).items():
+        console.print(f"{kind}: median |error| {s['median']:.1%}, largest {s['max']:.1%}, {s['inside_band']} of "
+                      f"{s['rows']} inside the ±{s['band']:.0%} band")
+    if json_out:
+        Path(json_out).write_text(json.dumps(rows, indent=2))
 
 
 def measured_dtypes(folder: Path) -> dict[str, str]:
@@ -70,41 +174,26 @@ def print_plan(plan: dict) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"llmbench plan — {plan['qps']:g} QPS, {plan['slo_text']}")
-    for col in ("layer", "per-replica req/s", "replicas (incl. spares)", "GPUs", "notes"):
-        table.add_column(col, justify="right" if col not in ("layer", "notes") else "left")
-    if "measured" in plan:
-        m = plan["measured"]
-        table.add_row("measured", f"{m['per_replica_rate']:.2f}", str(m["replicas"]), str(m["gpus"]), m["note"])
-    if "analytic" in plan:
-        a = plan["analytic"]
-        table.add_row("analytic screen (estimate)", f"{a['compute_rate_screen']:.2f}", "–", "–",
-                      f"{a['model']} on {a['gpu']} TP{a['tensor_parallel']}: KV {a['kv_capacity_tokens']:,} tokens, "
-                      f"~{a['concurrent_requests_at_mean_length']:.0f} concurrent requests")
-    if "simulated" in plan:
-        s = plan["simulated"]
-        low, high = s["per_replica_rate_band"]
-        table.add_row("simulated" + (" (estimate)" if "analytic" in plan else ""),
-                      f"{s['per_replica_rate']:.2f} [{low:.2f}–{high:.2f}]",
-                      f"{s['replicas']} [{s['replicas_band'][0]}–{s['replicas_band'][1]}]", str(s["gpus"]),
-                      s["step_model"])
-    f = plan.get("article_formulas", {})
-    if "throughput_formula_gpus" in f:
-        table.add_row("article: tokens/s x 1.5", "–", "–", str(f["throughput_formula_gpus"]), f["throughput_formula"])
-    if "kv_formula_gpus" in f:
-        table.add_row("article: KV concurrency", "–", "–", str(f["kv_formula_gpus"]), f["kv_formula"])
-    console.print(table)
-    if "simulated" in plan:
-        flags = " ".join(f"{k} {v}" for k, v in plan["simulated"]["recommended_flags"].items())
-        console.print(f"recommended engine flags: {flags}")
+    console.print(f"[bold]{plan.get('answer', '')}[/]")
     cost = plan.get("cost", {})
     if "usd_per_hour" in cost:
-        per_m = cost["usd_per_million_output_tokens"]
-        console.print(f"cost: ${cost['usd_per_hour']:.2f}/hour at ${cost['usd_per_gpu_hour']:.2f}/GPU-hour "
-                      f"({cost['price_source']}), ${per_m:.3f} per 1M output tokens")
-    else:
-        console.print(cost.get("note", ""))
+        extra = (f", ${cost['usd_per_million_output_tokens']:.3f} per 1M output tokens"
+                 if cost.get("usd_per_million_output_tokens") else "")
+        console.print(f"cost: ${cost['usd_per_hour']:.2f}/hour for {cost['gpus']} GPUs at "
+                      f"${cost['usd_per_gpu_hour']:.2f}/GPU-hour ({cost['price_source']}){extra}")
+    table = Table(title=f"why — {plan['slo_text']}")
+    for col in ("figure", "value", "band", "label"):
+        table.add_column(col, justify="right" if col in ("value", "band") else "left")
+    for f in plan["figures"]:
+        band = f"{f['band'][0]:,.2f}–{f['band'][1]:,.2f}" if "band" in f else "–"
+        table.add_row(f["name"], f"{f['value']:,.2f} {f['unit']}", band, f["label"])
+    console.print(table)
+    sim = plan.get("simulated", {})
+    if "grid" in sim:
+        grid = "; ".join(f"{r['--max-num-seqs']}/{r['--max-num-batched-tokens']}: {r['rate']:.2f}" for r in sim["grid"])
+        console.print(f"engine flags simulated (max-num-seqs/max-num-batched-tokens: req/s): {grid}")
+        console.print("recommended: " + " ".join(f"{k} {v}" for k, v in sim["recommended_flags"].items()))
+    console.print(f"step model: {plan['setup']['step_model']}", highlight=False)
+    console.print(f"workload: {plan['setup']['workload']}", highlight=False)
     for note in plan.get("estimates", []):
-        console.print(f"[yellow]note:[/] {note}")
-    console.print("Why the SLO-based answer differs from the articles' formulas: they size for mean throughput and "
-                  "ignore latency tails; the P99s blow up near the knee long before throughput stops growing.")
+        console.print(f"[yellow]note:[/] {note}", highlight=False)

@@ -1,15 +1,23 @@
-"""Weights, KV bytes and usable KV memory per replica (vLLM's budget: u·M − weights − activations − other)."""
+"""Weights, KV bytes and usable KV memory per replica, accounted as the engine does.
+
+vLLM ("profile"): KV = u·M − weights − activation peak − other, the peak measured by a forward pass over
+`max_num_batched_tokens` tokens. Here the peak is the fp32 logits of that many tokens plus the FFN's widest
+activations (2 bytes each), which reproduces planning.md row E (Llama-3.1-8B: 4.76 GiB; Llama-3.3-70B-FP8 TP2)
+within 4 %. SGLang ("static"): KV = mem_fraction_static·M − weights − other; activations live in the rest.
+TensorRT-LLM ("free"): KV = free_gpu_memory_fraction · (M − weights − activations − other).
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from llmbench.plan.catalog import GPU, GiB, ModelSpec
+from llmbench.plan.engines import PROFILES, EngineProfile
+from llmbench.plan.gpus import GPU, GiB
+from llmbench.plan.models import ModelSpec
 
 # int8: per-channel scales are negligible; int4: one fp16 scale and one 4-bit zero per group of 128
 BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.5 / 128}
-OTHER_PER_GPU = 3.5 * GiB  # AIC systems/*.yaml other_mem: CUDA context, allocator slack, graphs
 NCCL_PER_GPU = {1: 0.0, 2: 342e6, 4: 392e6, 8: 392e6}  # AIC NCCL budgets by TP degree
 
 
@@ -36,14 +44,22 @@ def weight_bytes(model: ModelSpec, weight_dtype: str) -> float:
     return (model.params - model.embedding_params) * b + model.embedding_params * 2
 
 
+def activation_peak(model: ModelSpec, tokens: int, tp: int) -> float:
+    ffn = (model.moe_ffn or model.ffn) if model.experts > 1 and not model.dense_layers else model.ffn
+    widest = (2 if model.gated_ffn else 1) * ffn / tp + 4 * model.hidden
+    return tokens * (4 * model.vocab + 2 * widest)
+
+
 def plan_memory(model: ModelSpec, gpu: GPU, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
-                utilization: float = 0.9, max_num_batched_tokens: int = 8192) -> MemoryPlan:
+                engine: EngineProfile = PROFILES["vllm"]) -> MemoryPlan:
     weights = weight_bytes(model, weight_dtype) / tp
-    activation = max_num_batched_tokens * (2 * model.ffn / tp + 4 * model.hidden) * 2  # bf16 peak of one step
-    other = OTHER_PER_GPU + NCCL_PER_GPU.get(tp, 392e6)
-    kv = utilization * gpu.memory - weights - activation - other
+    acct = engine.kv_accounting
+    activation = activation_peak(model, engine.max_num_batched_tokens, tp) if acct != "static" else 0
+    other = engine.other_memory + NCCL_PER_GPU.get(tp, 392e6)
+    u = engine.gpu_memory_utilization
+    kv = u * (gpu.memory - weights - activation - other) if acct == "free" else u * gpu.memory - weights - activation - other
     per_token = model.kv_bytes_per_token(BYTES[kv_dtype], tp)
-    tokens = int(max(kv, 0) // per_token) if kv > 0 else 0
+    tokens = int(kv // per_token) if kv > 0 else 0
     return MemoryPlan(tp, weights, activation, other, kv, per_token, tokens, kv > 0 and tokens > 0)
 
 
@@ -58,11 +74,11 @@ def smallest_tp(model: ModelSpec, gpu: GPU, min_tokens: int, **kwargs) -> Memory
     return None
 
 
-def describe_misfit(model: ModelSpec, gpu: GPU, min_tokens: int, **kwargs) -> str:
-    plan = plan_memory(model, gpu, 8, **kwargs)
-    return (f"{model.name} does not fit {gpu.name} at any TP up to 8: at TP8 each GPU holds "
-            f"{plan.weights_per_gpu / GiB:.1f} GiB of weights + {plan.activation_per_gpu / GiB:.1f} GiB activations + "
-            f"{plan.other_per_gpu / GiB:.1f} GiB other, leaving {plan.kv_per_gpu / GiB:.1f} GiB of the "
+def describe_misfit(model: ModelSpec, gpu: GPU, min_tokens: int, tp: int = 8, **kwargs) -> str:
+    plan = plan_memory(model, gpu, tp, **kwargs)
+    return (f"{model.name} does not fit {gpu.name} at {'any TP up to 8' if tp == 8 else f'TP{tp}'}: at TP{tp} each "
+            f"GPU holds {plan.weights_per_gpu / GiB:.1f} GiB of weights + {plan.activation_per_gpu / GiB:.1f} GiB "
+            f"activations + {plan.other_per_gpu / GiB:.1f} GiB other, leaving {plan.kv_per_gpu / GiB:.1f} GiB of the "
             f"{gpu.memory / GiB:.0f} GiB for KV ({plan.kv_tokens} tokens; needs {min_tokens}, one max-length request)")
 
 

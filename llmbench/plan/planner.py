@@ -1,25 +1,23 @@
-"""`llmbench plan`: replicas and GPUs for a target QPS under P99 SLOs, in three layers.
+"""`llmbench plan`: the answer for a workload, an engine and GPUs, each figure labelled and banded.
 
-1. measured: the highest rate per replica whose requests meet the SLOs at the required attainment,
-   interpolated between measured rates of a sweep;
-2. analytic: memory, KV capacity and roofline screens from the GPU and model catalogs;
-3. simulated: a discrete-event simulation of the engine's scheduler, with a step-time model fitted on the
-   bundled engine's per-step statistics (or roofline-based for GPUs not measured), bisected on the rate.
+Layers: measured (a sweep's own SLO capacity), simulated (a discrete-event simulation of the engine's
+scheduler driven by a step-time model: fitted on the bundled engine's steps, calibrated on any server's
+records, or a roofline with priors) and estimated (memory and the articles' formulas). Questions: GPUs for
+--qps, capacity under the SLO, latencies --at-rate or at --concurrency, and --max-throughput.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
-from llmbench.plan import catalog
-from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
+from llmbench.plan import bands, engines, gpus, models, search
+from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.simulator import EngineShape, StepModel, simulate
+from llmbench.plan.simulator import EngineShape, simulate
+from llmbench.plan.workload import Workload
 from llmbench.slo import SLO, attainment_points, capacity, lower_rates
 
 
@@ -28,34 +26,46 @@ class PlanError(ValueError):
 
 
 @dataclass
-class Workload:
-    prompts: np.ndarray
-    outputs: np.ndarray
-    source: str
+class PlanRequest:
+    slo: SLO
+    workload: Workload | None = None  # None: the --results folder's requests
+    qps: float | None = None
+    concurrency: int | None = None
+    max_throughput: bool = False
+    at_rate: float | None = None
+    results: Path | None = None
+    gpu: str = "H100-SXM"
+    gpu_spec: Path | None = None
+    model: str = "llama-3.1-8b"
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    engine: str = "vllm"
+    knobs: dict = field(default_factory=dict)  # EngineProfile fields the user set
+    burst_headroom: float = 0.2
+    spares: int = 1
+    gpus_per_replica: int | None = None
+    gpus: int | None = None  # the whole fleet, for --at-rate/--concurrency/--max-throughput
+    price_per_hour: float | None = None
+    prefix_hit_rate: float = 0.0
+    search_knobs: bool = True
+    seeds: tuple[int, ...] = (0, 1, 2)
+    requests_per_sim: int = 600
 
     @property
-    def mean_prompt(self) -> float:
-        return float(self.prompts.mean())
+    def mode(self) -> str:
+        if self.at_rate is not None:
+            return "at-rate"
+        if self.concurrency is not None:
+            return "concurrency"
+        if self.max_throughput:
+            return "max-throughput"
+        return "qps" if self.qps is not None else "capacity"
 
-    @property
-    def mean_output(self) -> float:
-        return float(self.outputs.mean())
 
-
-def sharegpt_workload(n: int = 1000, seed: int = 0) -> Workload:
-    """The default scenario's lengths: vLLM-rules ShareGPT with the bundled tokenizer (an estimate of
-    other models' tokenizers)."""
-    from transformers import AutoTokenizer
-
-    from bundled.modelbuild import build_model
-    from bundled.sharegpt import load as load_sharegpt
-    from llmbench.datasets import sharegpt
-    from llmbench.datasets.text import count_tokens
-
-    tok = AutoTokenizer.from_pretrained(str(build_model()))
-    pairs = sharegpt.sample_pairs(load_sharegpt().conversations, n, lambda t: count_tokens(tok, t), seed)
-    return Workload(np.array([p.prompt_len for p in pairs]), np.array([p.output_len for p in pairs]),
-                    f"ShareGPT ({n} pairs, vLLM rules, bundled tokenizer)")
+def replicas_for(qps: float, per_replica: float, headroom: float, spares: int) -> int:
+    if per_replica <= 0:
+        raise PlanError("the per-replica rate is zero: nothing meets the SLO")
+    return int(math.ceil(qps * (1 + headroom) / per_replica)) + spares
 
 
 # -- layer 1: measured --------------------------------------------------------------------------------
@@ -70,8 +80,10 @@ def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
     if frame.empty:
         raise PlanError(f"{folder}: the results name no per-request records (*.records.jsonl), which the plan needs")
     by_label = {r["label"]: r for r in results}
+    keys = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
+            "p99_e2el_ms")
     points = [p | {"achieved_rate": by_label[p["label"]].get("achieved_rate"),
-                   **{k: by_label[p["label"]][k] for k in ("output_throughput", "p99_ttft_ms", "p99_tpot_ms")}}
+                   **{k: by_label[p["label"]].get(k) for k in keys}}
               for p in attainment_points(results, frame, slo)]
     return sorted(points, key=lambda p: p["rate"]), frame
 
@@ -85,8 +97,7 @@ def measured_capacity(folder: Path, slo: SLO) -> dict:
     out = {"per_replica_rate": cap.rate, "note": cap.note, "points": points,
            "max_output_throughput": max(p["output_throughput"] for p in points),
            "mean_output_tokens": float(ok["output_tokens"].mean()),
-           "mean_prompt_tokens": float(ok["prompt_len"].mean()),
-           "median_e2el_low_load": float(frame[frame["label"] == points[0]["label"]]["latency"].median())}
+           "mean_prompt_tokens": float(ok["prompt_len"].mean())}
     if cap.rate is None:
         low = points[0]
         out["missing"] = (
@@ -97,274 +108,299 @@ def measured_capacity(folder: Path, slo: SLO) -> dict:
     return out
 
 
-def replicas_for(qps: float, per_replica: float, headroom: float, spares: int) -> int:
-    if per_replica <= 0:
-        raise PlanError("the per-replica rate is zero: nothing meets the SLO")
-    return int(math.ceil(qps * (1 + headroom) / per_replica)) + spares
-
-
-# -- layer 3: simulated -------------------------------------------------------------------------------
+# -- the simulated replica ----------------------------------------------------------------------------
 @dataclass
-class SimPlan:
-    per_replica_rate: float
-    band: tuple[float, float]
-    curve: list[dict] = field(default_factory=list)
-    flags: dict = field(default_factory=dict)
-    step_model: str = ""
+class Replica:
+    """What the simulation runs: a step model, the engine shape, and how much to trust them."""
+
+    setup: search.SimSetup
+    tp: int
+    how: str  # how the step model was obtained
+    label: str  # "simulated (fitted)", "simulated (calibrated)", "simulated (priors)"
+    band: dict  # relative half-widths by kind: throughput, latency, memory
+    memory: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
-def sim_meets(model: StepModel, shape: EngineShape, work: Workload, rate: float, slo: SLO, seeds: list[int],
-              n: int) -> tuple[bool, dict]:
-    summaries = []
-    ok = True
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, len(work.prompts), n)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-        res = simulate(arrivals, work.prompts[idx], work.outputs[idx], model, shape)
-        s = res.summary()
-        s["attainment"] = res.attainment(slo.ttft_ms, slo.tpot_ms)
-        if slo.e2el_ms is not None:
-            s["attainment"] = min(s["attainment"], float((res.e2el * 1000 <= slo.e2el_ms).mean()))
-        summaries.append(s)
-        ok &= s["attainment"] >= slo.attainment and len(res.ttft) == n
-    merged = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]}
-    return ok, merged
+def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
+    try:
+        gpu = gpus.gpu_from_spec(req.gpu_spec) if req.gpu_spec else gpus.gpu(req.gpu)
+        model = models.model(req.model)
+        engine = engines.profile(req.engine).with_knobs(**req.knobs)
+    except KeyError as err:
+        raise PlanError(str(err.args[0])) from None
+    max_len = req.knobs.get("max_model_len") or min(model.max_positions, max(work.max_tokens, 1))
+    if work.max_tokens > max_len:
+        raise PlanError(f"the workload has requests of {work.max_tokens} tokens, over --max-model-len {max_len}")
+    kw = {"weight_dtype": req.weight_dtype, "kv_dtype": req.kv_dtype, "engine": engine}
+    if req.gpus_per_replica:
+        mem = plan_memory(model, gpu, req.gpus_per_replica, **kw)
+        if not mem.fits or mem.kv_tokens < max_len:
+            raise PlanError(describe_misfit(model, gpu, max_len, tp=req.gpus_per_replica, **kw))
+    else:
+        mem = smallest_tp(model, gpu, max_len, **kw)
+        if mem is None:
+            raise PlanError(describe_misfit(model, gpu, max_len, **kw))
+    roof = RooflineModel(model, gpu, mem.tp, req.weight_dtype, req.kv_dtype, engine)
+    shape = EngineShape(engine.max_num_seqs, engine.max_num_batched_tokens, mem.kv_tokens, engine.block_size,
+                        req.prefix_hit_rate if engine.prefix_caching else 0.0, engine.request_overhead,
+                        engine.chunked_prefill, engine.scheduler_steps, engine.reserve_output)
+    memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
+              "activation_gib_per_gpu": mem.activation_per_gpu / GiB, "other_gib_per_gpu": mem.other_per_gpu / GiB,
+              "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
+              "kv_capacity_tokens": mem.kv_tokens, "max_model_len": max_len,
+              "concurrent_requests_at_mean_length": mem.kv_tokens / (work.mean_prompt + work.mean_output)}
+    how = (f"roofline: {model.name} ({model.params / 1e9:.1f} B params, {model.active_params / 1e9:.1f} B active) on "
+           f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
+           f"MFU {roof.efficiency.mfu:.2f} / MBU {roof.efficiency.mbu:.2f} ({roof.efficiency.source})")
+    setup = search.SimSetup(roof, shape, work, req.seeds, req.requests_per_sim)
+    return Replica(setup, mem.tp, how, "simulated (priors)", dict(bands.PRIORS), memory,
+                   [f"GPU {gpu.name}: {gpu.source}"])
 
 
-def bisect_rate(model: StepModel, shape: EngineShape, work: Workload, slo: SLO, start: float,
-                seeds: list[int], n: int, tolerance: float = 0.05) -> float:
-    """Doubling, then bisection, on the Poisson rate (vLLM's serve_sla search, on the simulator)."""
-    low, high = 0.0, max(start, 1e-3)
-    while sim_meets(model, shape, work, high, slo, seeds, n)[0]:
-        low, high = high, high * 2
-        if high > 1e6:
-            return high
-    while high - low > tolerance * max(low, 1e-3):
-        mid = (low + high) / 2
-        if sim_meets(model, shape, work, mid, slo, seeds, n)[0]:
-            low = mid
-        else:
-            high = mid
-    return low
+def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
+    """The roofline replica, calibrated on the --results sweep of any server."""
+    from llmbench.plan.calibrate import calibrate
+
+    rep = catalog_replica(req, work)
+    try:
+        cal = calibrate(req.results, rep.setup.model, rep.setup.shape)
+    except ValueError as err:
+        rep.notes.append(f"not calibrated: {err}")
+        return rep
+    model = rep.setup.model.scaled(cal.scale)
+    shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
+    rep.setup = replace(rep.setup, model=model, shape=shape)
+    rep.how += f"; {cal.describe()}"
+    rep.label = "simulated (calibrated)"
+    rep.band = dict(bands.CALIBRATED)
+    rep.notes.append("transferred from the sweep: the GPU-time scale and the per-request overhead; the GPU, TP and "
+                     "memory figures are the catalog's for --gpu/--model as given")
+    return rep
 
 
-def simulated_plan(model: StepModel, shape: EngineShape, work: Workload, slo: SLO, start: float,
-                   rel_error: float, seeds: list[int] = (0, 1, 2), n: int = 600) -> SimPlan:
-    seeds = list(seeds)
-    best = bisect_rate(model, shape, work, slo, start, seeds, n)
-    if best <= 0:
-        raise PlanError(f"the simulated engine cannot meet the SLO ({slo.describe()}) at any rate: even a lone "
-                        f"request takes longer (check the SLO against the step time)")
-    slow = bisect_rate(_scaled(model, 1 + rel_error), shape, work, slo, best, seeds, n)
-    fast = bisect_rate(_scaled(model, max(1 - rel_error, 0.05)), shape, work, slo, best, seeds, n)
-    curve = []
-    for frac in (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25):
-        _, summary = sim_meets(model, shape, work, best * frac, slo, seeds[:1], n)
-        curve.append({"rate": best * frac, **summary})
-    return SimPlan(best, (slow, fast), curve)
+def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | None:
+    """The bundled engine's own step statistics, fitted; None when the folder has none."""
+    from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
+
+    steps = load_engine_steps(folder)
+    if len(steps) < 10:
+        return None
+    step_model = fit_steps(steps)
+    config = (load_metadata(folder).get("target", {}).get("version") or {}).get("config") or {}
+    kv_tokens = config.get("num_kv_blocks", 10**6) * config.get("block_size", 16)
+    shape = EngineShape(req.knobs.get("max_num_seqs") or config.get("max_num_seqs", 256),
+                        req.knobs.get("max_num_batched_tokens") or config.get("max_num_batched_tokens", 2048),
+                        kv_tokens, config.get("block_size", 16), req.prefix_hit_rate)
+    first = load_results(folder)[0]
+    ok = load_records(folder, first["label"])
+    ok = ok[ok["success"]]
+    if not ok.empty:
+        res = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+                       step_model, shape)
+        shape = replace(shape, client_overhead=fit_client_overhead(ok["ttft"].to_numpy(), res.ttft))
+    rel = max(step_model.rel_error, 0.05)
+    setup = search.SimSetup(step_model, shape, work, req.seeds, req.requests_per_sim)
+    return Replica(setup, req.gpus_per_replica or 1, f"fitted on {len(steps)} engine steps (median error {rel:.1%})",
+                   "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "memory": 0.0},
+                   {"kv_capacity_tokens": kv_tokens})
 
 
-def _scaled(model: StepModel, factor: float) -> StepModel:
-    if isinstance(model, LinearStepModel):
-        return model.scaled(factor)
-    return _Scaled(model, factor)
+# -- answers ------------------------------------------------------------------------------------------
+def _figure(name: str, value: float, unit: str, label: str, band: float | None) -> dict:
+    out = {"name": name, "value": value, "unit": unit, "label": label}
+    if band:
+        out["band"] = [value * (1 - band), value * (1 + band)]
+    return out
 
 
-class _Scaled:
-    def __init__(self, inner: StepModel, factor: float) -> None:
-        self.inner, self.factor = inner, factor
-
-    def step_time(self, *args) -> float:
-        return self.factor * self.inner.step_time(*args)
-
-
-def recommend_flags(model: StepModel, shape: EngineShape, work: Workload, slo: SLO, rate: float, tp: int,
-                    seeds: list[int], n: int) -> dict:
-    """Pick the token budget that sustains the most load under the SLO; size max-num-seqs from the KV pool."""
-    best_budget, best_rate = shape.max_num_batched_tokens, rate
-    for budget in (2048, 4096, 8192):
-        if budget == shape.max_num_batched_tokens:
-            continue
-        trial = EngineShape(shape.max_num_seqs, budget, shape.kv_capacity_tokens, shape.block_size,
-                            shape.prefix_hit_rate, shape.client_overhead)
-        r = bisect_rate(model, trial, work, slo, rate, seeds[:1], n, tolerance=0.1)
-        if r > best_rate * 1.03:
-            best_budget, best_rate = budget, r
-    per_request = work.mean_prompt + work.mean_output
-    seqs = int(min(max(shape.kv_capacity_tokens // max(per_request, 1), 1), 1024))
-    return {"--max-num-seqs": 2 ** int(math.floor(math.log2(max(seqs, 1)))),
-            "--max-num-batched-tokens": best_budget, "--gpu-memory-utilization": 0.9,
-            "--tensor-parallel-size": tp}
+def _latency_figures(point: dict, rep: Replica) -> list[dict]:
+    figs = []
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        for pct in ("median", "p90", "p99"):
+            key = f"{pct}_{metric}_ms"
+            if key in point:
+                figs.append(_figure(f"{pct.upper() if pct != 'median' else 'P50'} {metric.upper()}", point[key], "ms",
+                                    rep.label, rep.band["latency"]))
+    return figs
 
 
-# -- the whole plan -----------------------------------------------------------------------------------
-@dataclass
-class PlanRequest:
-    qps: float
-    slo: SLO
-    results: Path | None = None
-    gpu: str = "H100-SXM"
-    model: str = "llama-3.1-8b"
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    burst_headroom: float = 0.2
-    spares: int = 1
-    gpus_per_replica: int | None = None
-    price_per_hour: float | None = None
-    prefix_hit_rate: float = 0.0
-    seeds: tuple[int, ...] = (0, 1, 2)
-    requests_per_sim: int = 600
+def _throughput_figures(point: dict, rep: Replica, per: str) -> list[dict]:
+    return [_figure(f"output tokens/s {per}", point["output_throughput"], "tok/s", rep.label, rep.band["throughput"]),
+            _figure(f"requests/s {per}", point["request_throughput"], "req/s", rep.label, rep.band["throughput"])]
+
+
+def _replicas_of_fleet(req: PlanRequest, rep: Replica) -> int:
+    if not req.gpus:
+        return 1
+    if req.gpus % rep.tp:
+        raise PlanError(f"--gpus {req.gpus} is not a multiple of the replica's {rep.tp} GPUs (TP{rep.tp})")
+    return req.gpus // rep.tp
+
+
+def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> None:
+    """Fill the plan's answer, figures and simulated layer for the request's mode."""
+    setup = rep.setup
+    fleet = _replicas_of_fleet(req, rep)
+    where = f"{fleet} replica(s) of {rep.tp} GPU(s)"
+    figures = plan["figures"]
+    if req.mode == "at-rate":
+        point = search.at_rate(setup, req.at_rate / fleet, req.slo)
+        figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
+        plan["simulated"] = {"point": point, "replicas": fleet}
+        plan["answer"] = (f"at {req.at_rate:g} req/s on {where}: P50/P99 TTFT {point['median_ttft_ms']:.0f}/"
+                          f"{point['p99_ttft_ms']:.0f} ms, TPOT {point['median_tpot_ms']:.1f}/{point['p99_tpot_ms']:.1f} "
+                          f"ms, E2E {point['median_e2el_ms'] / 1000:.2f}/{point['p99_e2el_ms'] / 1000:.2f} s "
+                          f"(±{rep.band['latency']:.0%}; {point['attainment']:.1%} meet {req.slo.describe()})")
+        return
+    if req.mode == "concurrency":
+        per = max(req.concurrency // fleet, 1)
+        point = search.at_concurrency(setup, per, req.slo)
+        figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
+        plan["simulated"] = {"point": point, "replicas": fleet}
+        plan["answer"] = (f"at concurrency {req.concurrency} on {where}: P50/P99 TTFT {point['median_ttft_ms']:.0f}/"
+                          f"{point['p99_ttft_ms']:.0f} ms, TPOT {point['median_tpot_ms']:.1f}/"
+                          f"{point['p99_tpot_ms']:.1f} ms, {point['output_throughput'] * fleet:,.0f} output tok/s "
+                          f"(±{rep.band['latency']:.0%} latency, ±{rep.band['throughput']:.0%} throughput)")
+        return
+    if req.mode == "max-throughput":
+        point = search.max_throughput(setup)
+        figures += _throughput_figures(point, rep, "per replica")
+        plan["simulated"] = {"point": point, "replicas": fleet}
+        plan["answer"] = (f"maximum throughput on {where}: {point['output_throughput'] * fleet:,.0f} output tok/s, "
+                          f"{point['request_throughput'] * fleet:.2f} req/s (±{rep.band['throughput']:.0%}; every "
+                          "request sent at once, drain tail included)")
+        return
+    rate = search.capacity(setup, req.slo, start_rate)
+    if rate <= 0:
+        raise PlanError(f"the simulated engine cannot meet the SLO ({req.slo.describe()}) at any rate: even a lone "
+                        "request takes longer (check the SLO against the step time)")
+    b = rep.band["throughput"]
+    point = search.at_rate(setup, rate, req.slo)
+    sim = {"per_replica_rate": rate, "per_replica_rate_band": [rate * (1 - b), rate * (1 + b)],
+           "gpus_per_replica": rep.tp, "step_model": rep.how, "point": point,
+           "client_overhead_s": setup.shape.client_overhead, "workload": setup.work.source,
+           "mean_output_tokens": setup.work.mean_output}
+    figures.append(_figure("goodput per replica (SLO capacity)", rate, "req/s", rep.label, b))
+    figures += _latency_figures(point, rep)
+    if req.search_knobs:
+        grid = search.knob_grid(setup, req.slo, rate)
+        best = max(grid, key=lambda row: row["rate"])
+        sim["grid"] = grid
+        sim["recommended_flags"] = {k: v for k, v in best.items() if k != "rate"} | {
+            "--tensor-parallel-size": rep.tp}
+    if req.qps is None:
+        plan["simulated"] = sim
+        plan["answer"] = (f"one replica of {rep.tp} GPU(s) sustains {rate:.2f} req/s [{rate * (1 - b):.2f}–"
+                          f"{rate * (1 + b):.2f}] under {req.slo.describe()}")
+        return
+    replicas = replicas_for(req.qps, rate, req.burst_headroom, req.spares)
+    band = [replicas_for(req.qps, rate * (1 + b), req.burst_headroom, req.spares),
+            replicas_for(req.qps, rate * (1 - b), req.burst_headroom, req.spares)]
+    sim |= {"replicas": replicas, "replicas_band": band, "gpus": replicas * rep.tp}
+    plan["simulated"] = sim
+    if "measured" not in plan:
+        plan["answer"] = (f"{replicas * rep.tp} GPUs ({replicas} replicas of {rep.tp}, [{band[0] * rep.tp}–"
+                          f"{band[1] * rep.tp}]) for {req.qps:g} QPS under {req.slo.describe()}")
 
 
 def make_plan(req: PlanRequest) -> dict:
-    plan: dict = {"qps": req.qps, "slo": asdict(req.slo), "slo_text": req.slo.describe(),
-                  "burst_headroom": req.burst_headroom, "spares": req.spares, "estimates": []}
-    if req.results:
-        return _measured_plan(req, plan)
-    return _catalog_plan(req, plan)
+    plan: dict = {"question": req.mode, "qps": req.qps, "slo": asdict(req.slo), "slo_text": req.slo.describe(),
+                  "burst_headroom": req.burst_headroom, "spares": req.spares, "figures": [], "estimates": []}
+    folder = Path(req.results) if req.results else None
+    if folder:
+        from llmbench.plan.workload import from_results
 
-
-def _measured_plan(req: PlanRequest, plan: dict) -> dict:
-    from llmbench.results import load_engine_steps, load_metadata, load_records
-
-    folder = Path(req.results)
-    cap = measured_capacity(folder, req.slo)
-    gpus_per_replica = req.gpus_per_replica or 1
-    if cap["per_replica_rate"] is not None:
-        replicas = replicas_for(req.qps, cap["per_replica_rate"], req.burst_headroom, req.spares)
-        plan["measured"] = {**cap, "replicas": replicas, "gpus": replicas * gpus_per_replica,
-                            "gpus_per_replica": gpus_per_replica}
+        work = req.workload or from_results(folder)
+        cap = measured_capacity(folder, req.slo)
+        _measured_layer(req, plan, cap)
+        rep = fitted_replica(req, work, folder) or calibrated_replica(req, work)
+        start = cap["per_replica_rate"] or cap["points"][0]["rate"]
     else:
-        plan["estimates"].append(f"measured: {cap['missing']}")
-    per_gpu_tokens = cap["max_output_throughput"] / gpus_per_replica
-    plan["article_formulas"] = {
-        "throughput_formula_gpus": math.ceil(req.qps * cap["mean_output_tokens"] / per_gpu_tokens * 1.5),
-        "throughput_formula": "GPUs = peak QPS x mean output tokens / per-GPU output tokens/s x 1.5",
-        "per_gpu_output_tokens_per_s": per_gpu_tokens,
-    }
-    meta = load_metadata(folder)
-    config = (meta.get("target", {}).get("version") or {}).get("config") or {}
-    if config.get("num_kv_blocks"):
-        capacity = config["num_kv_blocks"] * config.get("block_size", 16)
-        concurrency = capacity / (cap["mean_prompt_tokens"] + cap["mean_output_tokens"])
-        per_gpu_qps = concurrency / max(cap["median_e2el_low_load"], 1e-9)
-        plan["article_formulas"] |= {
-            "kv_concurrency_per_gpu": concurrency,
-            "kv_formula_gpus": math.ceil(req.qps / per_gpu_qps),
-            "kv_formula": "concurrency per GPU = free KV tokens / mean tokens per request; QPS per GPU by "
-                          "Little's law at the low-load latency",
-        }
-    steps = load_engine_steps(folder)
-    if len(steps) >= 10:
-        step_model = fit_steps(steps)
-        frame = load_records(folder)
-        work = Workload(frame.loc[frame["success"], "prompt_len"].to_numpy(),
-                        frame.loc[frame["success"], "output_tokens"].to_numpy(), f"measured requests in {folder}")
-        kv_tokens = config.get("num_kv_blocks", 10**6) * config.get("block_size", 16)
-        shape = EngineShape(config.get("max_num_seqs", 256), config.get("max_num_batched_tokens", 2048), kv_tokens,
-                            config.get("block_size", 16), req.prefix_hit_rate)
-        shape = _with_overhead(shape, step_model, folder)
-        sim = simulated_plan(step_model, shape, work, req.slo, cap["per_replica_rate"] or cap["points"][0]["rate"],
-                             max(step_model.rel_error, 0.05), req.seeds, req.requests_per_sim)
-        plan["simulated"] = _sim_dict(sim, req, gpus_per_replica, work, f"fitted on {len(steps)} engine steps "
-                                      f"(median error {step_model.rel_error:.1%})", step_model, shape)
-    else:
-        plan["estimates"].append("no engine step statistics in the folder (not the bundled engine): the simulated "
-                                 "layer was skipped; the measured layer stands alone")
-    if "measured" not in plan and "simulated" not in plan:
-        raise PlanError(cap["missing"])
-    _costs(plan, req, (plan.get("measured") or plan["simulated"])["gpus"])
-    return plan
-
-
-def _with_overhead(shape: EngineShape, model: StepModel, folder: Path) -> EngineShape:
-    """Calibrate the client-side overhead on the lowest measured rate."""
-    from llmbench.results import load_records, load_results
-
-    first = load_results(folder)[0]
-    frame = load_records(folder, first["label"])
-    ok = frame[frame["success"]]
-    if ok.empty:
-        return shape
-    arrivals = ok["scheduled"].to_numpy()
-    res = simulate(arrivals, ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(), model, shape)
-    overhead = fit_client_overhead(ok["ttft"].to_numpy(), res.ttft)
-    return EngineShape(shape.max_num_seqs, shape.max_num_batched_tokens, shape.kv_capacity_tokens,
-                       shape.block_size, shape.prefix_hit_rate, overhead)
-
-
-def _catalog_plan(req: PlanRequest, plan: dict) -> dict:
+        work = req.workload
+        rep = catalog_replica(req, work)
+        plan["estimates"].append("no results folder: every figure is simulated from the GPU and model catalogs with "
+                                 "efficiency priors; bands are the planner's own errors on published results "
+                                 "(`llmbench plan validate`)")
+        mean = work.mean_prompt + work.mean_output
+        start = max(rep.memory["kv_capacity_tokens"] / mean / 20, 0.5)
+    plan["setup"] = {"step_model": rep.how, "label": rep.label, "workload": work.source,
+                     "mean_prompt_tokens": work.mean_prompt, "mean_output_tokens": work.mean_output,
+                     "engine": req.engine, "knobs": req.knobs, "bands": rep.band}
+    if rep.memory:
+        plan["memory"] = rep.memory
+        if "kv_gib_per_gpu" in rep.memory:
+            plan["figures"].append(_figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", "estimated",
+                                           rep.band.get("memory")))
+    plan["estimates"] += rep.notes
     try:
-        gpu = catalog.gpu(req.gpu)
-        model = catalog.model(req.model)
-    except KeyError as err:
-        raise PlanError(str(err.args[0])) from None
-    work = sharegpt_workload()
-    plan["estimates"].append("no results folder: every figure is an estimate from the GPU and model catalogs "
-                             "and a roofline step-time model with published efficiency priors (BLIS, Databricks MBU; "
-                             "see llmbench/plan/roofline.py)")
-    need = int(work.prompts.max() + work.outputs.max())
-    mem = smallest_tp(model, gpu, need, weight_dtype=req.weight_dtype, kv_dtype=req.kv_dtype)
-    if mem is None:
-        raise PlanError(describe_misfit(model, gpu, need, weight_dtype=req.weight_dtype, kv_dtype=req.kv_dtype))
-    tp = req.gpus_per_replica or mem.tp
-    if tp != mem.tp:
-        mem = plan_memory(model, gpu, tp, req.weight_dtype, req.kv_dtype)
-        if not mem.fits:
-            raise PlanError(describe_misfit(model, gpu, need, weight_dtype=req.weight_dtype, kv_dtype=req.kv_dtype))
-    roof = RooflineModel(model, gpu, tp, req.weight_dtype, req.kv_dtype)
-    per_request = work.mean_prompt + work.mean_output
-    concurrency = mem.kv_tokens / per_request
-    prefill_s = roof.step_time(work.mean_prompt, 0, 0)
-    batch = max(min(int(concurrency), 256), 1)
-    decode_s = roof.step_time(0, batch, batch * (work.mean_prompt + work.mean_output / 2))
-    compute_rate = 1.0 / (prefill_s + work.mean_output * decode_s / batch)
-    plan["analytic"] = {
-        "gpu": gpu.name, "model": model.name, "params_b": model.params / 1e9, "tensor_parallel": tp,
-        "weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB,
-        "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token, "kv_capacity_tokens": mem.kv_tokens,
-        "concurrent_requests_at_mean_length": concurrency, "prefill_seconds_mean_prompt": prefill_s,
-        "decode_step_seconds_at_batch": decode_s, "decode_batch": batch, "compute_rate_screen": compute_rate,
-        "workload": work.source, "mean_prompt_tokens": work.mean_prompt, "mean_output_tokens": work.mean_output,
-    }
-    shape = EngineShape(256, 8192, mem.kv_tokens, 16, req.prefix_hit_rate)
-    sim = simulated_plan(roof, shape, work, req.slo, compute_rate, 0.25, req.seeds, req.requests_per_sim)
-    plan["simulated"] = _sim_dict(sim, req, tp, work, "roofline with efficiency priors (±25% band)", roof, shape)
-    plan["article_formulas"] = {
-        "kv_concurrency_per_gpu": concurrency / tp,
-        "throughput_formula_gpus": math.ceil(req.qps * work.mean_output / (compute_rate * work.mean_output / tp)
-                                             * 1.5),
-        "throughput_formula": "GPUs = peak QPS x mean output tokens / per-GPU output tokens/s x 1.5",
-    }
-    _costs(plan, req, plan["simulated"]["gpus"], gpu)
+        answer(req, rep, plan, start)
+    except PlanError as err:
+        if folder and "measured" not in plan and "missing" in cap:
+            raise PlanError(f"{cap['missing']} (simulated: {err})") from None
+        raise
+    if folder and req.mode == "at-rate":
+        _measured_at_rate(plan, cap, req.at_rate)
+    if "measured" in plan and req.mode == "qps":
+        m = plan["measured"]
+        plan["answer"] = (f"{m['gpus']} GPUs ({m['replicas']} replicas) for {req.qps:g} QPS under "
+                          f"{req.slo.describe()}, measured: {m['per_replica_rate']:.2f} req/s per replica")
+    elif folder and "measured" not in plan and req.mode in ("qps", "capacity"):
+        plan["estimates"].append(f"measured: {cap['missing']}")
+    gpus_total = (plan.get("measured") or plan.get("simulated") or {}).get("gpus") or (
+        _replicas_of_fleet(req, rep) * rep.tp)
+    _costs(plan, req, gpus_total, work)
     return plan
 
 
-def _sim_dict(sim: SimPlan, req: PlanRequest, gpus_per_replica: int, work: Workload, how: str, model: StepModel,
-              shape: EngineShape) -> dict:
-    replicas = replicas_for(req.qps, sim.per_replica_rate, req.burst_headroom, req.spares)
-    low, high = sim.band
-    flags = recommend_flags(model, shape, work, req.slo, sim.per_replica_rate, gpus_per_replica,
-                            list(req.seeds), req.requests_per_sim // 2)
-    return {"per_replica_rate": sim.per_replica_rate, "per_replica_rate_band": [low, high],
-            "replicas": replicas, "gpus": replicas * gpus_per_replica, "gpus_per_replica": gpus_per_replica,
-            "replicas_band": [replicas_for(req.qps, max(high, 1e-9), req.burst_headroom, req.spares),
-                              replicas_for(req.qps, max(low, 1e-9), req.burst_headroom, req.spares)],
-            "knee_rate": sim.per_replica_rate, "curve": sim.curve, "step_model": how, "recommended_flags": flags,
-            "client_overhead_s": shape.client_overhead, "workload": work.source,
-            "mean_output_tokens": work.mean_output}
+def _measured_at_rate(plan: dict, cap: dict, rate: float) -> None:
+    """The figures measured at the rate asked about, beside the prediction."""
+    point = next((p for p in cap["points"] if abs(p["rate"] - rate) <= 0.01 * rate), None)
+    if point is None:
+        rates = ", ".join(f"{p['rate']:g}" for p in cap["points"])
+        plan["estimates"].append(f"nothing was measured at {rate:g} req/s (measured: {rates})")
+        return
+    plan["measured"] = {"point": point}
+    for key in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms", "p99_e2el_ms"):
+        if point.get(key) is not None:
+            pct, metric = key.split("_")[0], key.split("_")[1]
+            plan["figures"].append(_figure(f"{'P50' if pct == 'median' else pct.upper()} {metric.upper()}",
+                                           point[key], "ms", "measured", None))
 
 
-def _costs(plan: dict, req: PlanRequest, gpus: int, gpu: catalog.GPU | None = None) -> None:
+def _measured_layer(req: PlanRequest, plan: dict, cap: dict) -> None:
+    if cap["per_replica_rate"] is None or req.mode not in ("qps", "capacity"):
+        return
+    per_replica = req.gpus_per_replica or 1
+    plan["measured"] = {**cap, "gpus_per_replica": per_replica}
+    plan["figures"].append(_figure("goodput per replica (SLO capacity)", cap["per_replica_rate"], "req/s",
+                                   "measured", None))
+    if req.qps is not None:
+        replicas = replicas_for(req.qps, cap["per_replica_rate"], req.burst_headroom, req.spares)
+        plan["measured"] |= {"replicas": replicas, "gpus": replicas * per_replica}
+        per_gpu = cap["max_output_throughput"] / per_replica
+        plan["article_formulas"] = {
+            "throughput_formula_gpus": math.ceil(req.qps * cap["mean_output_tokens"] / per_gpu * 1.5),
+            "throughput_formula": "GPUs = peak QPS x mean output tokens / per-GPU output tokens/s x 1.5",
+            "per_gpu_output_tokens_per_s": per_gpu}
+    else:
+        plan["answer"] = f"one replica sustains {cap['per_replica_rate']:.2f} req/s under {req.slo.describe()}, measured"
+
+
+def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload) -> None:
+    gpu = None
+    if not req.gpu_spec:
+        try:
+            gpu = gpus.gpu(req.gpu)
+        except KeyError:
+            gpu = None
     price = req.price_per_hour if req.price_per_hour is not None else (gpu.price_per_hour if gpu else None)
     if price is None:
         plan["cost"] = {"note": "no price: pass --price USD_PER_GPU_HOUR"}
         return
-    mean_out = next((plan[layer]["mean_output_tokens"] for layer in ("analytic", "measured", "simulated")
-                     if layer in plan), 0)
-    per_hour = gpus * price
-    tokens_per_hour = req.qps * mean_out * 3600
-    plan["cost"] = {"usd_per_gpu_hour": price, "price_source": gpu.price_source if gpu and req.price_per_hour is None
-                    else "--price", "usd_per_hour": per_hour,
-                    "usd_per_million_output_tokens": per_hour / tokens_per_hour * 1e6 if tokens_per_hour else None}
+    per_hour = gpus_total * price
+    cost = {"gpus": gpus_total, "usd_per_gpu_hour": price, "usd_per_hour": per_hour,
+            "price_source": gpu.price_source if gpu and req.price_per_hour is None else "--price"}
+    if req.qps:
+        cost["usd_per_million_output_tokens"] = per_hour / (req.qps * work.mean_output * 3600) * 1e6
+    plan["cost"] = cost

@@ -1,23 +1,39 @@
-"""Roofline step time: compute-bound prefill, bandwidth-bound decode, plus per-step overheads."""
+"""Roofline step time: compute-bound prefill, bandwidth-bound decode, tensor-parallel all-reduces with a
+latency and a bandwidth per interconnect, plus the engine's fixed costs per step, layer and sequence."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from llmbench.plan.catalog import GPU, ModelSpec
+from llmbench.plan.engines import PROFILES, EngineProfile
+from llmbench.plan.gpus import GPU
 from llmbench.plan.memory import BYTES, weight_bytes
+from llmbench.plan.models import ModelSpec
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Priors from published measurements (BLIS's roofline defaults and trained overheads, Databricks' MBU);
-    calibrate on your own sweeps."""
+    """Achieved fraction of the datasheet: MFU for compute-bound work, MBU for bandwidth-bound work."""
 
-    mfu: float = 0.45  # BLIS roofline default, H100 prefill
-    mbu: float = 0.60  # Databricks: 55-60 % on A100/H100 (MBU)
-    step_overhead: float = 126e-6  # BLIS trained physics: ~126 us per step
-    layer_overhead: float = 32e-6  # ~32 us per layer
-    seq_overhead: float = 4e-6  # ~4 us per request in the batch
+    mfu: float
+    mbu: float
+    source: str
+
+
+# Per GPU family (planning.md §3, §9), then per GPU where a published row pins it down. Hopper: BLIS's H100
+# roofline MFU (0.45) and Databricks' H100 MBU (60 %); rows B and C land within 17 % with them. Ampere:
+# row A (vLLM and SGLang, Llama-3.1-8B on A100-80GB) needs MFU 0.55 and MBU 0.68; the A100-40GB of row D
+# (MPT-7B, batch 1, Databricks' own MBU of 55 %) sits lower. Families without a published figure borrow the
+# nearest one and say so.
+FAMILIES = {
+    "hopper": Efficiency(0.45, 0.60, "BLIS H100 MFU, Databricks H100 MBU; rows B, C"),
+    "ampere": Efficiency(0.55, 0.68, "fitted on row A (A100-80GB, vLLM 0.6 and SGLang 0.3)"),
+    "ampere-pcie": Efficiency(0.55, 0.68, "A100-80GB figures (no published A10G figure)"),
+    "ada": Efficiency(0.32, 0.55, "BLIS L40S MFU; MBU borrowed from Databricks A100 (no published Ada MBU)"),
+    "blackwell": Efficiency(0.45, 0.60, "H100 figures (no published B200 figure)"),
+    "cdna3": Efficiency(0.45, 0.60, "H100 figures (no published MI300X figure)"),
+}
+BY_GPU = {"A100-40GB": Efficiency(0.42, 0.47, "fitted on row D (MPT-7B on A100-40GB, TTFT and batch-1 throughput)")}
 
 
 @dataclass(frozen=True)
@@ -27,18 +43,35 @@ class RooflineModel:
     tp: int = 1
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
-    eff: Efficiency = Efficiency()
+    engine: EngineProfile = PROFILES["vllm"]
+    eff: Efficiency | None = None  # None: the GPU family's prior
+    scale: float = 1.0  # a calibration factor on the GPU part of the step (fitted on a sweep)
+
+    @property
+    def efficiency(self) -> Efficiency:
+        return self.eff or BY_GPU.get(self.gpu.name) or FAMILIES.get(self.gpu.family, FAMILIES["hopper"])
 
     @property
     def peak_flops(self) -> float:
         fp8 = self.weight_dtype == "fp8" and self.gpu.fp8_flops
         return (self.gpu.fp8_flops if fp8 else self.gpu.bf16_flops) * self.tp
 
+    def scaled(self, factor: float) -> RooflineModel:
+        return replace(self, scale=self.scale * factor)
+
+    def allreduce_seconds(self, tokens: float) -> float:
+        """Two all-reduces per layer of tokens·hidden bf16 activations (ring: 2(TP-1)/TP of the bytes)."""
+        if self.tp <= 1:
+            return 0.0
+        link = self.gpu.link
+        per = link.latency + 2 * (self.tp - 1) / self.tp * tokens * self.model.hidden * 2 / (
+            link.bandwidth * link.efficiency)
+        return 2 * self.model.layers * per
+
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
                   cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float:
         """One engine step: `prefill_tokens` new prompt tokens (attending over `cached_context` earlier
-        tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total. (`prefill_seqs`
-        does not change a roofline's cost.)"""
+        tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total."""
         m = self.model
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
@@ -48,13 +81,9 @@ class RooflineModel:
         flops += 4 * m.layers * attn_width * (prefill_tokens * (cached_context + prefill_tokens / 2) + context_tokens)
         kv_bytes = m.kv_bytes_per_token(BYTES[self.kv_dtype], 1) * (context_tokens + cached_context + prefill_tokens)
         touched = weight_bytes(m, self.weight_dtype) * (m.params_read(tokens) / m.params)
-        bytes_moved = touched + kv_bytes
-        compute = flops / (self.eff.mfu * self.peak_flops)
-        memory = bytes_moved / (self.eff.mbu * self.gpu.bandwidth * self.tp)
-        comm = 0.0
-        if self.tp > 1:
-            per_allreduce = 2 * (self.tp - 1) / self.tp * tokens * m.hidden * 2 / self.gpu.link_bandwidth
-            comm = 2 * m.layers * per_allreduce
-        seqs = decode_seqs + (1 if prefill_tokens else 0)
-        overhead = self.eff.step_overhead + self.eff.layer_overhead * m.layers + self.eff.seq_overhead * seqs
-        return max(compute, memory) + comm + overhead
+        eff, e = self.efficiency, self.engine
+        compute = flops / (eff.mfu * e.mfu_scale * self.peak_flops)
+        memory = (touched + kv_bytes) / (eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp)
+        seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
+        overhead = e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
+        return self.scale * (max(compute, memory) + self.allreduce_seconds(tokens)) + overhead

@@ -1,9 +1,13 @@
-"""A discrete-event simulator of one continuous-batching replica, mirroring the bundled engine's scheduler.
+"""A discrete-event simulator of one continuous-batching replica, mirroring a vLLM-class scheduler.
 
-Each step: running requests first (a decode costs one token), then waiting ones FCFS into the leftover
-token budget (chunked), bounded by `max_num_seqs`; KV blocks are allocated as tokens are computed and the
-newest request is preempted (recompute) when they run out. Time advances by a step-time model, so P99s
-come out of the queueing itself rather than a formula.
+With chunked prefill (vLLM, TensorRT-LLM, the bundled engine) each step takes the running requests first
+(a decode costs one token) and then waiting ones FCFS into the leftover token budget, bounded by
+`max_num_seqs`. Without it (SGLang's default, vLLM 0.6) a step is either a prefill of waiting requests
+(they come first) or a decode of all running ones. KV blocks are allocated as tokens are computed; the
+newest request is preempted (recompute) when they run out. With multi-step scheduling (k decode steps per
+schedule, vLLM 0.6) requests join and decode tokens reach the client every k decode steps; a first token
+arrives after its prefill step. Time advances by a step-time model, so
+P99s come out of the queueing itself rather than a formula.
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ class EngineShape:
     kv_capacity_tokens: int = 10**7
     block_size: int = 16
     prefix_hit_rate: float = 0.0  # fraction of each prompt found in the prefix cache
-    client_overhead: float = 0.0  # seconds added to TTFT and E2E (HTTP, tokenization), fitted
+    client_overhead: float = 0.0  # seconds added to TTFT and E2E (HTTP, tokenization)
+    chunked_prefill: bool = True
+    scheduler_steps: int = 1
+    reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
+
+
+PERCENTILES = (50, 90, 99)
 
 
 @dataclass
@@ -37,9 +47,16 @@ class SimResult:
     tpot_all: np.ndarray  # seconds, per request; 0 where a single token was generated (no TPOT to miss)
     multi_token: np.ndarray  # per request: more than one output token
     e2el: np.ndarray
+    itl: np.ndarray  # seconds between chunks reaching the client, every request
     output_tokens: int
     duration: float
     preemptions: int
+
+    def without_first(self, k: int) -> SimResult:
+        """The result without the first k requests (a closed loop's warm-up: they all start at once)."""
+        keep = slice(k, None)
+        return SimResult(self.ttft[keep], self.tpot_all[keep], self.multi_token[keep], self.e2el[keep], self.itl,
+                         self.output_tokens, self.duration, self.preemptions)
 
     @property
     def tpot(self) -> np.ndarray:
@@ -47,99 +64,153 @@ class SimResult:
         return self.tpot_all[self.multi_token]
 
     def summary(self) -> dict:
-        def pct(values, p):
-            return float(np.percentile(values, p) * 1000) if len(values) else 0.0
+        out = {}
+        for metric, values in (("ttft", self.ttft), ("tpot", self.tpot), ("itl", self.itl), ("e2el", self.e2el)):
+            for p in PERCENTILES:
+                key = f"{'median' if p == 50 else f'p{p}'}_{metric}_ms"
+                out[key] = float(np.percentile(values, p) * 1000) if len(values) else 0.0
+        out["output_throughput"] = self.output_tokens / self.duration if self.duration else 0.0
+        out["request_throughput"] = len(self.ttft) / self.duration if self.duration else 0.0
+        out["preemptions"] = self.preemptions
+        return out
 
-        return {"median_ttft_ms": pct(self.ttft, 50), "p99_ttft_ms": pct(self.ttft, 99),
-                "median_tpot_ms": pct(self.tpot, 50), "p99_tpot_ms": pct(self.tpot, 99),
-                "output_throughput": self.output_tokens / self.duration if self.duration else 0.0,
-                "preemptions": self.preemptions}
-
-    def attainment(self, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> float:
+    def attainment(self, slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None = None
+                   ) -> float:
         ok = np.ones(len(self.ttft), dtype=bool)
-        if slo_ttft_ms is not None:
-            ok &= self.ttft * 1000 <= slo_ttft_ms
-        if slo_tpot_ms is not None:
-            ok &= self.tpot_all * 1000 <= slo_tpot_ms
+        for limit, values in ((slo_ttft_ms, self.ttft), (slo_tpot_ms, self.tpot_all), (slo_e2el_ms, self.e2el)):
+            if limit is not None:
+                ok &= values * 1000 <= limit
         return float(ok.mean()) if len(ok) else 0.0
 
 
 class _Req:
-    __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done")
+    __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done",
+                 "delivered", "last_delivery", "reserved")
 
     def __init__(self, arrival: float, prompt: int, output: int) -> None:
         self.arrival, self.prompt, self.output = arrival, prompt, max(output, 1)
-        self.computed = self.generated = self.blocks = 0
-        self.first = self.finish = math.nan
+        self.computed = self.generated = self.blocks = self.delivered = self.reserved = 0
+        self.first = self.finish = self.last_delivery = math.nan
         self.hit_done = False
+
+    @property
+    def todo(self) -> int:
+        """Tokens to compute before the next output token: the rest of the prompt, or one decode."""
+        return self.prompt + self.generated - self.computed
+
+
+class _Replica:
+    def __init__(self, shape: EngineShape) -> None:
+        self.shape = shape
+        self.free = shape.kv_capacity_tokens // shape.block_size
+        self.waiting: deque[_Req] = deque()
+        self.running: list[_Req] = []
+        self.preemptions = 0
+        self.reserved = 0  # blocks promised to admitted requests' future tokens (reserve_output)
+
+    def blocks_for(self, r: _Req, n: int) -> int:
+        return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
+
+    def grow(self, r: _Req, n: int) -> bool:
+        """Reserve blocks for n more tokens of running request r, preempting the newest ones; False when
+        r itself was preempted."""
+        need = self.blocks_for(r, n)
+        if r.reserved:
+            used = min(need, r.reserved)
+            r.reserved -= used
+            self.reserved -= used
+        while need > self.free:
+            victim = self.running.pop()
+            self.free += victim.blocks
+            self.reserved -= victim.reserved
+            victim.blocks = victim.computed = victim.reserved = 0
+            self.waiting.appendleft(victim)
+            self.preemptions += 1
+            if victim is r:
+                return False
+        self.free -= need
+        r.blocks += need
+        return True
+
+    def admit(self, budget: int, batch: list) -> int:
+        """Waiting requests FCFS into the budget while their blocks fit."""
+        shape = self.shape
+        while self.waiting and budget > 0 and len(self.running) < shape.max_num_seqs:
+            r = self.waiting[0]
+            if not r.hit_done and shape.prefix_hit_rate > 0:
+                r.computed = min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size,
+                                 r.prompt - 1)
+                r.hit_done = True
+            n = min(r.todo, budget)
+            need = self.blocks_for(r, n)
+            reserve = self.blocks_for(r, r.prompt + r.output - r.computed) if shape.reserve_output else need
+            if reserve > self.free - self.reserved:
+                break
+            if shape.reserve_output:
+                self.reserved += reserve - need
+                r.reserved = reserve - need
+            self.waiting.popleft()
+            self.free -= need
+            r.blocks += need
+            self.running.append(r)
+            batch.append((r, n))
+            budget -= n
+        return budget
+
+    def schedule(self, admit_new: bool) -> list[tuple[_Req, int]]:
+        budget = self.shape.max_num_batched_tokens
+        batch: list[tuple[_Req, int]] = []
+        if not self.shape.chunked_prefill:
+            prefilling = [r for r in self.running if r.computed < r.prompt]
+            if prefilling or (admit_new and self.waiting):
+                for r in prefilling:
+                    n = min(r.todo, budget)
+                    if n > 0 and self.grow(r, n):
+                        batch.append((r, n))
+                        budget -= n
+                if admit_new:
+                    self.admit(budget, batch)
+                if batch:
+                    return batch
+        before = self.preemptions
+        for r in list(self.running):
+            if budget <= 0 or r not in self.running:
+                continue
+            n = min(r.todo, budget)
+            if self.grow(r, n):
+                batch.append((r, n))
+                budget -= n
+            else:
+                return batch if batch else []
+        if admit_new and self.shape.chunked_prefill and self.preemptions == before:
+            self.admit(budget, batch)
+        return batch
 
 
 def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarray, model: StepModel,
-             shape: EngineShape, concurrency: int | None = None, max_steps: int = 2_000_000) -> SimResult:
+             shape: EngineShape, concurrency: int | None = None, max_steps: int = 3_000_000) -> SimResult:
     """Open loop (`arrivals` in seconds) or closed loop (`concurrency` requests in flight, each next one
     sent when one finishes, like a fixed-concurrency benchmark)."""
     if concurrency is not None:
         arrivals = np.zeros(len(prompts))
     reqs = [_Req(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
-    order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival)
-    pending = deque(reqs[i] for i in order)
+    pending = deque(sorted(reqs, key=lambda r: r.arrival))
     held: deque[_Req] = deque()
     if concurrency is not None:
-        held = deque(list(pending)[concurrency:])
-        pending = deque(list(pending)[:concurrency])
-    waiting: deque[_Req] = deque()
-    running: list[_Req] = []
-    bs = shape.block_size
-    free_blocks = shape.kv_capacity_tokens // bs
-    now = 0.0
-    preemptions = 0
+        held, pending = deque(list(pending)[concurrency:]), deque(list(pending)[:concurrency])
+    rep = _Replica(shape)
+    k = max(shape.scheduler_steps, 1)
+    itl: list[float] = []
+    now, decodes = 0.0, 0  # decode-only steps, counted for multi-step scheduling
     for _ in range(max_steps):
         while pending and pending[0].arrival <= now:
-            waiting.append(pending.popleft())
-        if not running and not waiting:
+            rep.waiting.append(pending.popleft())
+        if not rep.running and not rep.waiting:
             if not pending:
                 break
             now = pending[0].arrival
             continue
-        budget = shape.max_num_batched_tokens
-        batch: list[tuple[_Req, int]] = []
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            r = running[i]
-            n = min(r.prompt + r.generated - r.computed, budget)
-            need = math.ceil((r.computed + n) / bs) - r.blocks
-            while need > free_blocks:
-                victim = running.pop()
-                free_blocks += victim.blocks
-                victim.blocks = victim.computed = 0
-                waiting.appendleft(victim)
-                preemptions += 1
-                preempted = True
-                if victim is r:
-                    break
-            if r.blocks == 0 and r.computed == 0 and r not in running:
-                continue
-            free_blocks -= need
-            r.blocks += need
-            batch.append((r, n))
-            budget -= n
-            i += 1
-        while not preempted and waiting and budget > 0 and len(running) < shape.max_num_seqs:
-            r = waiting[0]
-            if not r.hit_done and shape.prefix_hit_rate > 0:
-                r.computed = min(int(r.prompt * shape.prefix_hit_rate) // bs * bs, r.prompt - 1)
-                r.hit_done = True
-            n = min(r.prompt + r.generated - r.computed, budget)
-            need = math.ceil((r.computed + n) / bs) - r.blocks
-            if need > free_blocks:
-                break
-            waiting.popleft()
-            free_blocks -= need
-            r.blocks += need
-            running.append(r)
-            batch.append((r, n))
-            budget -= n
+        batch = rep.schedule(admit_new=decodes % k == 0 or not rep.running)
         if not batch:
             if pending:
                 now = max(now, pending[0].arrival)
@@ -147,7 +218,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
             break
         prefill = decode = context = cached = prefill_seqs = 0
         for r, n in batch:
-            if r.computed >= r.prompt + r.generated - 1 and n == 1 and r.generated > 0:
+            if n == 1 and r.generated > 0 and r.todo == 1:
                 decode += 1
                 context += r.computed + 1
             else:
@@ -155,25 +226,45 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 prefill_seqs += 1
                 cached += r.computed
         now += model.step_time(prefill, decode, context, cached, prefill_seqs)
+        decodes += prefill == 0
+        deliver = decodes % k == 0 or prefill > 0
         for r, n in batch:
             r.computed += n
             if r.computed == r.prompt + r.generated:
                 r.generated += 1
                 if r.generated == 1:
-                    r.first = now
+                    _deliver(r, now, itl)
                 if r.generated >= r.output:
+                    rep.running.remove(r)
+                    rep.free += r.blocks
+                    rep.reserved -= r.reserved
+                    r.blocks = r.reserved = 0
+                    _deliver(r, now, itl)
                     r.finish = now
-                    running.remove(r)
-                    free_blocks += r.blocks
-                    r.blocks = 0
                     if held:
                         nxt = held.popleft()
                         nxt.arrival = now
                         pending.append(nxt)
+        if deliver:
+            for r in rep.running:
+                _deliver(r, now, itl)
     done = [r for r in reqs if not math.isnan(r.finish)]
-    ttft = np.array([r.first - r.arrival + shape.client_overhead for r in done])
-    e2el = np.array([r.finish - r.arrival + shape.client_overhead for r in done])
+    over = shape.client_overhead
+    ttft = np.array([r.first - r.arrival + over for r in done])
+    e2el = np.array([r.finish - r.arrival + over for r in done])
     tpot_all = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else 0.0 for r in done])
     multi = np.array([r.output > 1 for r in done], dtype=bool)
     start = min((r.arrival for r in reqs), default=0.0)
-    return SimResult(ttft, tpot_all, multi, e2el, sum(r.output for r in done), max(now - start, 1e-9), preemptions)
+    return SimResult(ttft, tpot_all, multi, e2el, np.array(itl), sum(r.output for r in done), max(now - start, 1e-9),
+                     rep.preemptions)
+
+
+def _deliver(r: _Req, now: float, itl: list[float]) -> None:
+    """Tokens generated since the last delivery reach the client as one chunk."""
+    if r.generated <= r.delivered:
+        return
+    if r.delivered == 0:
+        r.first = now
+    else:
+        itl.append(now - r.last_delivery)
+    r.delivered, r.last_delivery = r.generated, now

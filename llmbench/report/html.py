@@ -153,29 +153,23 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
 
 
 def plan_rows(plan: dict) -> list[tuple[str, str]]:
-    """The plan's answer in a few lines: per layer rate, replicas and GPUs; flags; cost; what is estimated."""
-    rows = [("target", f"{plan['qps']:g} QPS, {plan['slo_text']}, burst headroom {plan['burst_headroom']:.0%}, "
-                       f"{plan['spares']} spare replica(s)")]
-    for layer in ("measured", "simulated"):
-        if layer in plan:
-            part = plan[layer]
-            band = part.get("per_replica_rate_band")
-            rate = f"{part['per_replica_rate']:.2f} req/s per replica" + (
-                f" [{band[0]:.2f}–{band[1]:.2f}]" if band else "")
-            rows.append((layer, f"{rate} → {part['replicas']} replicas, {part['gpus']} GPUs"))
-    if "analytic" in plan:
-        a = plan["analytic"]
-        rows.append(("analytic", f"{a['model']} on {a['gpu']} TP{a['tensor_parallel']}: KV "
-                                 f"{a['kv_capacity_tokens']:,} tokens, compute screen {a['compute_rate_screen']:.2f} req/s"))
+    """The plan's answer first, then its figures (each labelled and banded), flags, cost and notes."""
+    rows = [("answer", plan.get("answer", "")),
+            ("target", (f"{plan['qps']:g} QPS, " if plan.get("qps") else "") + f"{plan['slo_text']}, burst headroom "
+                       f"{plan['burst_headroom']:.0%}, {plan['spares']} spare replica(s)")]
+    for f in plan.get("figures", []):
+        band = f" [{f['band'][0]:,.2f}–{f['band'][1]:,.2f}]" if "band" in f else ""
+        rows.append((f["label"], f"{f['name']}: {f['value']:,.2f} {f['unit']}{band}"))
     formulas = plan.get("article_formulas", {})
     if "throughput_formula_gpus" in formulas:
         rows.append(("articles' formula", f"{formulas['throughput_formula_gpus']} GPUs ({formulas['throughput_formula']})"))
-    if "simulated" in plan:
-        rows.append(("recommended flags", " ".join(f"{k} {v}" for k, v in plan["simulated"]["recommended_flags"].items())))
+    flags = plan.get("simulated", {}).get("recommended_flags")
+    if flags:
+        rows.append(("recommended flags", " ".join(f"{k} {v}" for k, v in flags.items())))
     cost = plan.get("cost", {})
     if "usd_per_hour" in cost:
-        rows.append(("cost", f"${cost['usd_per_hour']:.2f}/hour, ${cost['usd_per_million_output_tokens']:.3f} per 1M "
-                             f"output tokens (${cost['usd_per_gpu_hour']:.2f}/GPU-hour, {cost['price_source']})"))
+        rows.append(("cost", f"${cost['usd_per_hour']:.2f}/hour (${cost['usd_per_gpu_hour']:.2f}/GPU-hour, "
+                             f"{cost['price_source']})"))
     rows += [("estimate", note) for note in plan.get("estimates", [])]
     return rows
 

@@ -1,53 +1,11 @@
-"""GPU and model catalogs for planning GPUs that were not measured (figures and sources: planning.md)."""
+"""Models the planner knows (planning.md §8) and any Hugging Face `config.json` of a supported layout:
+Llama-style (gated FFN, GQA, MoE, MLA) and the older two-matrix-FFN decoders (OPT, GPT-NeoX, Falcon, MPT)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-GB, GiB = 1e9, 2**30
-
-
-@dataclass(frozen=True)
-class GPU:
-    name: str
-    memory: float  # bytes
-    bandwidth: float  # bytes/s, peak
-    bf16_flops: float  # dense FLOP/s
-    fp8_flops: float | None
-    link_bandwidth: float  # bytes/s per direction between GPUs
-    price_per_hour: float | None  # USD per GPU-hour; a user input, these are documented reference points
-    price_source: str
-    source: str
-
-
-GPUS: dict[str, GPU] = {g.name: g for g in [
-    GPU("A10G", 24 * GB, 600 * GB, 70e12, None, 32 * GB, 1.01, "Mélange example config (A10G $1.01/h)",
-        "cli99/llm-analysis gpu_configs/a10g-pcie-24gb.json"),
-    GPU("L4", 24 * GiB, 300 * GB, 121e12, 242e12, 32 * GB, None, "none published in planning.md",
-        "AIC systems/l4.yaml"),
-    GPU("L40S", 46068 * 2**20, 864 * GB, 362e12, 733e12, 32 * GB, None, "none published in planning.md",
-        "AIC systems/l40s.yaml"),
-    GPU("A100-40GB", 40 * GB, 1555 * GB, 312e12, None, 300 * GB, 2.21, "CoreWeave 2024-02 A100 via Vidur constants",
-        "cli99/llm-analysis a100-sxm-40gb.json"),
-    GPU("A100-80GB", 80 * GiB, 2039 * GB, 312e12, None, 300 * GB, 3.67, "Mélange example config (A100-80GB $3.67/h)",
-        "AIC systems/a100_sxm.yaml"),
-    GPU("H100-SXM", 80 * GiB, 3350 * GB, 989e12, 1978e12, 450 * GB, 4.25, "CoreWeave 2024-02 H100 via Vidur constants",
-        "AIC systems/h100_sxm.yaml"),
-    GPU("H100-PCIe", 80 * GiB, 2000 * GB, 756.5e12, 1513e12, 64 * GB, None, "none published in planning.md",
-        "AIC systems/h100_pcie.yaml"),
-    GPU("H200", 141 * GB, 4800 * GB, 989e12, 1978e12, 450 * GB, 4.75, "midpoint of the 2026 range $2.50-7.00",
-        "AIC systems/h200_sxm.yaml"),
-    GPU("B200", 180 * GiB, 7700 * GB, 2250e12, 4500e12, 900 * GB, None, "none published in planning.md",
-        "AIC systems/b200_sxm.yaml"),
-    GPU("MI300X", 192 * GB, 5300 * GB, 1307.4e12, 2614.9e12, 896 * GB / 7, 1.78, "midpoint of $1.71-1.85/h listings",
-        "alpharomercoma/MI300X-vs-H200 METHODOLOGY.md"),
-]}
-
-ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM", "A100": "A100-80GB",
-           "A100-80G": "A100-80GB", "A100-SXM": "A100-80GB", "A100-40G": "A100-40GB", "H200-SXM": "H200",
-           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +19,10 @@ class ModelSpec:
     ffn: int
     vocab: int
     tied: bool = False
-    qkv_bias: bool = False
+    qkv_bias: bool = False  # Qwen2: biases on q, k, v only
+    gated_ffn: bool = True  # SwiGLU (3 matrices) or a plain GELU/ReLU FFN (2 matrices)
+    linear_bias: bool = False  # OPT/GPT-NeoX: every projection has a bias
+    learned_positions: int = 0  # OPT: a learned position table of this many rows
     experts: int = 1  # MoE: routed experts per layer
     top_k: int = 1
     shared_experts: int = 0
@@ -87,20 +48,25 @@ class ModelSpec:
 
     @property
     def embedding_params(self) -> float:
-        return self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.learned_positions * self.hidden
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 3 if self.gated_ffn else 2
 
     def _count(self, experts_counted: int) -> float:
         h, d = self.hidden, self.head_dim
         attn = h * self.heads * d + 2 * h * self.kv_heads * d + self.heads * d * h
-        if self.qkv_bias:
-            attn += self.heads * d + 2 * self.kv_heads * d
+        if self.qkv_bias or self.linear_bias:
+            attn += self.heads * d + 2 * self.kv_heads * d + (h if self.linear_bias else 0)
         moe_ffn = self.moe_ffn or self.ffn
-        dense_mlp = 3 * h * self.ffn
-        moe_mlp = (experts_counted + self.shared_experts) * 3 * h * moe_ffn + (h * self.experts if self.experts > 1
-                                                                               else 0)
+        dense_mlp = self.ffn_matrices * h * self.ffn + ((self.ffn + h) if self.linear_bias else 0)
+        moe_mlp = (experts_counted + self.shared_experts) * self.ffn_matrices * h * moe_ffn + (
+            h * self.experts if self.experts > 1 else 0)
         moe_layers = self.layers - self.dense_layers if self.experts > 1 else 0
-        per_dense = attn + dense_mlp + 2 * h
-        per_moe = attn + moe_mlp + 2 * h
+        norms = 2 * h * (2 if self.linear_bias else 1)
+        per_dense = attn + dense_mlp + norms
+        per_moe = attn + moe_mlp + norms
         return self.embedding_params + (self.layers - moe_layers) * per_dense + moe_layers * per_moe + h
 
     @property
@@ -108,7 +74,8 @@ class ModelSpec:
         """Parameters of the routed experts (0 for a dense model): the part a step reads only where routed."""
         if self.experts <= 1:
             return 0.0
-        return (self.layers - self.dense_layers) * self.experts * 3 * self.hidden * (self.moe_ffn or self.ffn)
+        return (self.layers - self.dense_layers) * self.experts * self.ffn_matrices * self.hidden * (
+            self.moe_ffn or self.ffn)
 
     def params_read(self, tokens: float) -> float:
         """Parameters a step of `tokens` tokens reads: everything but the routed experts, and of those the
@@ -126,6 +93,12 @@ class ModelSpec:
         return 2 * self.layers * max(self.kv_heads / tp, 1) * self.head_dim * kv_bytes
 
 
+def _plain(name, layers, hidden, heads, ffn, vocab, **kw) -> ModelSpec:
+    """A two-matrix-FFN, multi-head decoder (OPT, MPT, GPT-NeoX)."""
+    return ModelSpec(name, layers, hidden, heads, kw.pop("kv_heads", heads), hidden // heads, ffn, vocab,
+                     gated_ffn=False, **kw)
+
+
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, max_positions=4096),
     ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_positions=4096),
@@ -134,59 +107,90 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_positions=131072),
     ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256, max_positions=8192),
     ModelSpec("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, max_positions=131072),
+    ModelSpec("llama-3.3-70b", 80, 8192, 64, 8, 128, 28672, 128256, max_positions=131072),
     ModelSpec("qwen2.5-0.5b", 24, 896, 14, 2, 64, 4864, 151936, tied=True, qkv_bias=True, max_positions=32768),
     ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, qkv_bias=True, max_positions=32768),
     ModelSpec("qwen2.5-14b", 48, 5120, 40, 8, 128, 13824, 152064, qkv_bias=True, max_positions=32768),
     ModelSpec("qwen2.5-72b", 80, 8192, 64, 8, 128, 29568, 152064, qkv_bias=True, max_positions=32768),
     ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, sliding_window=4096, max_positions=32768),
     ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, experts=8, top_k=2, max_positions=32768),
+    ModelSpec("mixtral-8x22b", 56, 6144, 48, 8, 128, 16384, 32768, experts=8, top_k=2, max_positions=65536),
     ModelSpec("deepseek-v3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8, shared_experts=1,
               moe_ffn=2048, dense_layers=3, mla_kv_dim=512 + 64, total_params=671e9,
               active_params_published=37e9, max_positions=163840),
+    _plain("opt-13b", 40, 5120, 40, 20480, 50272, tied=True, linear_bias=True, learned_positions=2050,
+           max_positions=2048),
+    _plain("opt-30b", 48, 7168, 56, 28672, 50272, tied=True, linear_bias=True, learned_positions=2050,
+           max_positions=2048),
+    _plain("mpt-7b", 32, 4096, 32, 16384, 50432, tied=True, max_positions=2048),
 ]}
 
-
-def _norm(name: str) -> str:
-    """`a100_80gb`, `A100 80GB`, `A100-80GB` all read alike."""
-    return "".join(c for c in name.upper() if c.isalnum())
-
-
-def gpu(name: str) -> GPU:
-    """A catalog GPU by name or alias, case and separators ignored; a near miss gets a suggestion."""
-    names = {_norm(k): v for k, v in ALIASES.items()} | {_norm(k): k for k in GPUS}
-    key = _norm(name)
-    if key in names:
-        return GPUS[names[key]]
-    import difflib
-
-    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
-    hint = f"; did you mean {names[close[0]]}?" if close else ""
-    raise KeyError(f"unknown GPU {name!r}{hint} (known: {', '.join(GPUS)}; aliases: {', '.join(ALIASES)})")
+PREFIXES = ("meta-llama/", "qwen/", "mistralai/", "deepseek-ai/", "facebook/", "mosaicml/")
 
 
 def model(name_or_path: str) -> ModelSpec:
+    """A catalog model (Hugging Face ids and -Instruct names accepted) or a config.json path."""
     path = Path(name_or_path)
     if path.is_dir() or path.name == "config.json":
         return model_from_config(path if path.name == "config.json" else path / "config.json")
-    key = name_or_path.lower().replace("meta-llama/", "").replace("qwen/", "").replace("mistralai/", "")
-    key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("deepseek-ai/", "")
+    key = name_or_path.lower()
+    for prefix in PREFIXES:
+        key = key.removeprefix(prefix)
+    key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "")
     if key in MODELS:
         return MODELS[key]
     raise KeyError(f"unknown model {name_or_path!r}; known: {', '.join(MODELS)}, or a path to a config.json")
 
 
-SUPPORTED_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+# config.json field names per layout: layers, hidden, heads, FFN, vocab
+LAYOUTS = {
+    "llama": ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"),
+    "opt": ("num_hidden_layers", "hidden_size", "num_attention_heads", "ffn_dim", "vocab_size"),
+    "gpt_neox": ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"),
+    "falcon": ("num_hidden_layers", "hidden_size", "num_attention_heads", None, "vocab_size"),
+    "mpt": ("n_layers", "d_model", "n_heads", None, "vocab_size"),
+}
 
 
 def model_from_config(path: Path) -> ModelSpec:
     if not path.is_file():
         raise KeyError(f"{path}: no such config.json")
     cfg = json.loads(path.read_text())
-    lacking = [name for name in SUPPORTED_FIELDS if name not in cfg]
+    kind = cfg.get("model_type", "")
+    layout = kind if kind in LAYOUTS else "llama"
+    if kind == "falcon":  # older Falcon configs use n_layer / n_head
+        cfg.setdefault("num_hidden_layers", cfg.get("n_layer"))
+        cfg.setdefault("num_attention_heads", cfg.get("n_head"))
+    lacking = [f for f in LAYOUTS[layout] if f and cfg.get(f) is None]
     if lacking:
-        arch = ", ".join(cfg.get("architectures") or [cfg.get("model_type", "this model")])
-        raise KeyError(f"{path}: {arch} is not a layout the planner models (Llama-style decoders with a gated "
-                       f"FFN, GQA and MoE variants): config.json has no {', '.join(lacking)}")
+        arch = ", ".join(cfg.get("architectures") or [kind or "this model"])
+        raise KeyError(f"{path}: {arch} is not a layout the planner models (Llama-style decoders with GQA, MoE or "
+                       f"MLA; OPT, GPT-NeoX, Falcon, MPT): config.json has no {', '.join(lacking)}")
+    if layout == "llama":
+        return _llama(path, cfg)
+    layers, hidden, heads, ffn_field, vocab = (cfg[f] if f else None for f in LAYOUTS[layout])
+    common = {"name": path.parent.name, "layers": layers, "hidden": hidden, "heads": heads,
+              "head_dim": hidden // heads, "vocab": vocab, "gated_ffn": False,
+              "tied": bool(cfg.get("tie_word_embeddings", layout in ("opt", "mpt", "falcon")))}
+    if layout == "opt":
+        return ModelSpec(**common, kv_heads=heads, ffn=ffn_field, linear_bias=bool(cfg.get("enable_bias", True)),
+                         learned_positions=cfg.get("max_position_embeddings", 2048) + 2,
+                         max_positions=cfg.get("max_position_embeddings", 2048))
+    if layout == "gpt_neox":
+        return ModelSpec(**common, kv_heads=heads, ffn=ffn_field, linear_bias=True,
+                         max_positions=cfg.get("max_position_embeddings", 2048))
+    if layout == "falcon":
+        kv = cfg.get("num_kv_heads") if cfg.get("new_decoder_architecture") else (1 if cfg.get("multi_query", True)
+                                                                                  else heads)
+        return ModelSpec(**common, kv_heads=kv or heads, ffn=cfg.get("ffn_hidden_size") or 4 * hidden,
+                         linear_bias=bool(cfg.get("bias", False)), max_positions=cfg.get("max_position_embeddings",
+                                                                                        2048))
+    attn = cfg.get("attn_config") or {}
+    return ModelSpec(**common, kv_heads=attn.get("kv_n_heads") or heads, ffn=int(cfg.get("expansion_ratio", 4) * hidden),
+                     linear_bias=not cfg.get("no_bias", True), max_positions=cfg.get("max_seq_len", 2048))
+
+
+def _llama(path: Path, cfg: dict) -> ModelSpec:
     heads = cfg["num_attention_heads"]
     spec = ModelSpec(
         name=path.parent.name, layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], heads=heads,

@@ -1,0 +1,135 @@
+"""GPUs the planner knows (figures and sources: planning.md §7), their interconnects, and `--gpu-spec FILE`
+for any other."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+GB, GiB = 1e9, 2**30
+
+
+@dataclass(frozen=True)
+class Link:
+    """GPU-to-GPU interconnect as tensor parallelism sees it: an all-reduce of n bytes over TP GPUs costs
+    `latency + 2(TP-1)/TP · n / (bandwidth · efficiency)`. Bandwidths are the datasheets' per direction;
+    latency and efficiency are priors (NCCL's small-message latency and achievable bus bandwidth), not
+    published figures, and are the first thing to calibrate on a TP sweep."""
+
+    name: str
+    bandwidth: float  # bytes/s per direction per GPU
+    latency: float  # seconds per collective
+    efficiency: float  # achieved / nominal bandwidth
+
+
+LINKS = {
+    "pcie4": Link("PCIe Gen4 x16", 32 * GB, 30e-6, 0.6),
+    "pcie5": Link("PCIe Gen5 x16", 64 * GB, 25e-6, 0.6),
+    "nvlink3": Link("NVLink3", 300 * GB, 8e-6, 0.75),
+    "nvlink4": Link("NVLink4", 450 * GB, 8e-6, 0.8),
+    "nvlink5": Link("NVLink5", 900 * GB, 8e-6, 0.8),
+    "infinity-fabric": Link("Infinity Fabric", 896 * GB / 7, 12e-6, 0.7),
+}
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory: float  # bytes
+    bandwidth: float  # bytes/s, peak
+    bf16_flops: float  # dense FLOP/s
+    fp8_flops: float | None
+    link: Link
+    family: str  # selects the efficiency priors (roofline.py)
+    price_per_hour: float | None  # USD per GPU-hour; a user input, these are documented reference points
+    price_source: str
+    source: str
+
+
+def _gpu(name, memory, bw, bf16, fp8, link, family, price, price_source, source) -> GPU:
+    return GPU(name, memory, bw, bf16, fp8, LINKS[link], family, price, price_source, source)
+
+
+NONE_PUBLISHED = "none published in planning.md"
+GPUS: dict[str, GPU] = {g.name: g for g in [
+    _gpu("A10G", 24 * GB, 600 * GB, 70e12, None, "pcie4", "ampere-pcie", 1.01, "Mélange example config ($1.01/h)",
+         "cli99/llm-analysis gpu_configs/a10g-pcie-24gb.json"),
+    _gpu("L4", 24 * GiB, 300 * GB, 121e12, 242e12, "pcie4", "ada", None, NONE_PUBLISHED, "AIC systems/l4.yaml"),
+    _gpu("L40S", 46068 * 2**20, 864 * GB, 362e12, 733e12, "pcie4", "ada", None, NONE_PUBLISHED,
+         "AIC systems/l40s.yaml"),
+    _gpu("A100-40GB", 40 * GB, 1555 * GB, 312e12, None, "nvlink3", "ampere", 2.21,
+         "CoreWeave 2024-02 A100 via Vidur constants", "cli99/llm-analysis a100-sxm-40gb.json"),
+    _gpu("A100-80GB", 80 * GiB, 2039 * GB, 312e12, None, "nvlink3", "ampere", 3.67,
+         "Mélange example config ($3.67/h)", "AIC systems/a100_sxm.yaml"),
+    _gpu("H100-SXM", 80 * GiB, 3350 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.25,
+         "CoreWeave 2024-02 H100 via Vidur constants", "AIC systems/h100_sxm.yaml"),
+    _gpu("H100-PCIe", 80 * GiB, 2000 * GB, 756.5e12, 1513e12, "pcie5", "hopper", None, NONE_PUBLISHED,
+         "AIC systems/h100_pcie.yaml"),
+    _gpu("H200", 141 * GB, 4800 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.75,
+         "midpoint of the 2026 range $2.50-7.00", "AIC systems/h200_sxm.yaml"),
+    _gpu("B200", 180 * GiB, 7700 * GB, 2250e12, 4500e12, "nvlink5", "blackwell", None, NONE_PUBLISHED,
+         "AIC systems/b200_sxm.yaml"),
+    _gpu("MI300X", 192 * GB, 5300 * GB, 1307.4e12, 2614.9e12, "infinity-fabric", "cdna3", 1.78,
+         "midpoint of $1.71-1.85/h listings", "alpharomercoma/MI300X-vs-H200 METHODOLOGY.md"),
+]}
+
+ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM", "A100": "A100-80GB",
+           "A100-80G": "A100-80GB", "A100-SXM": "A100-80GB", "A100-40G": "A100-40GB", "H200-SXM": "H200",
+           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X", "H100-NVL": "H100-PCIe"}
+
+
+def _norm(name: str) -> str:
+    """`a100_80gb`, `A100 80GB`, `A100-80GB` all read alike."""
+    return "".join(c for c in name.upper() if c.isalnum())
+
+
+def gpu(name: str) -> GPU:
+    """A catalog GPU by name or alias, case and separators ignored; a near miss gets a suggestion."""
+    names = {_norm(k): v for k, v in ALIASES.items()} | {_norm(k): k for k in GPUS}
+    key = _norm(name)
+    if key in names:
+        return GPUS[names[key]]
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    hint = f"; did you mean {names[close[0]]}?" if close else ""
+    raise KeyError(f"unknown GPU {name!r}{hint} (known: {', '.join(GPUS)}; aliases: {', '.join(ALIASES)}; "
+                   "or --gpu-spec FILE)")
+
+
+SPEC_FIELDS = {"name": str, "memory_gb": float, "bandwidth_gb_s": float, "bf16_tflops": float}
+SPEC_OPTIONAL = {"fp8_tflops": float, "link": str, "family": str, "price_per_hour": float}
+
+
+def gpu_from_spec(path: Path) -> GPU:
+    """A GPU described in a JSON file: name, memory_gb, bandwidth_gb_s, bf16_tflops (required); fp8_tflops,
+    link (one of LINKS), family (efficiency priors to borrow), price_per_hour."""
+    try:
+        spec = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise KeyError(f"{path}: cannot read the GPU spec ({err})") from None
+    missing = [k for k in SPEC_FIELDS if k not in spec]
+    unknown = [k for k in spec if k not in SPEC_FIELDS and k not in SPEC_OPTIONAL]
+    if missing or unknown:
+        raise KeyError(f"{path}: " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"] if unknown else []))
+            + f" (fields: {', '.join([*SPEC_FIELDS, *SPEC_OPTIONAL])})")
+    link = spec.get("link", "pcie4")
+    if link not in LINKS:
+        raise KeyError(f"{path}: link {link!r} is not one of {', '.join(LINKS)}")
+    from llmbench.plan.roofline import FAMILIES
+
+    family = spec.get("family", "hopper")
+    if family not in FAMILIES:
+        raise KeyError(f"{path}: family {family!r} is not one of {', '.join(FAMILIES)}")
+    fp8 = spec.get("fp8_tflops")
+    return GPU(str(spec["name"]), float(spec["memory_gb"]) * GB, float(spec["bandwidth_gb_s"]) * GB,
+               float(spec["bf16_tflops"]) * 1e12, float(fp8) * 1e12 if fp8 else None, LINKS[link], family,
+               spec.get("price_per_hour"), f"{path}" if spec.get("price_per_hour") else NONE_PUBLISHED, str(path))
+
+
+def describe(g: GPU) -> dict:
+    """The catalog row as plan.json and `plan --list` show it."""
+    return {f.name: getattr(g, f.name) for f in fields(g) if f.name != "link"} | {
+        "link": g.link.name, "link_bandwidth": g.link.bandwidth, "link_latency_s": g.link.latency,
+        "link_efficiency": g.link.efficiency}

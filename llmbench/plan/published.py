@@ -1,0 +1,138 @@
+"""`llmbench plan validate`: every published row of planning.md §9 put to the planner, predicted beside
+published. Each case states its setup as the source does (model, GPUs, TP, dtypes, engine, workload)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmbench.plan import engines, gpus, models
+from llmbench.plan.memory import GiB, plan_memory
+from llmbench.plan.roofline import RooflineModel
+from llmbench.plan.search import SimSetup, at_concurrency, at_rate, max_throughput
+from llmbench.plan.simulator import EngineShape
+from llmbench.plan.workload import Workload
+
+
+@dataclass(frozen=True)
+class Case:
+    row: str
+    what: str
+    model: str
+    gpu: str
+    tp: int
+    engine: str
+    mode: str  # "rate", "concurrency", "max", "static", "memory"
+    value: float  # the rate, the concurrency or the batch
+    published: dict  # metric -> published figure
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    isl: int = 0  # fixed lengths; 0 = ShareGPT
+    osl: int = 0
+    requests: int = 800
+    knobs: dict = field(default_factory=dict)
+
+
+KIND = {"output_throughput": "throughput", "request_throughput": "throughput", "kv_gib_per_gpu": "memory",
+        "weights_gib_per_gpu": "memory"}
+VLLM_060 = {"chunked_prefill": False, "scheduler_steps": 10}
+ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
+B = [(128, 128, 28312, 27911), (1000, 1000, 15220, 17744), (2048, 128, 3450, 3538), (5000, 500, 3459, 3902),
+     (20000, 2000, 1351, 1804)]
+CASES = [
+    Case("A", f"{ROW_A}, SGLang 0.3, 4 req/s", "llama-3.1-8b", "A100-80GB", 1, "sglang", "rate", 4,
+         {"median_e2el_ms": 1564, "median_ttft_ms": 31.98, "median_tpot_ms": 13.17}, requests=1200),
+    Case("A", f"{ROW_A}, SGLang 0.3, 8 req/s", "llama-3.1-8b", "A100-80GB", 1, "sglang", "rate", 8,
+         {"median_e2el_ms": 2175, "median_ttft_ms": 35.68, "median_tpot_ms": 17.85}, requests=2400),
+    Case("A", f"{ROW_A}, SGLang 0.3, offline", "llama-3.1-8b", "A100-80GB", 1, "sglang", "max", 0,
+         {"output_throughput": 4281.5}, requests=2500),
+    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, 4 req/s", "llama-3.1-8b", "A100-80GB", 1, "vllm", "rate", 4,
+         {"median_e2el_ms": 1692, "median_ttft_ms": 100.48, "median_tpot_ms": 14.14}, requests=1200, knobs=VLLM_060),
+    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, 8 req/s", "llama-3.1-8b", "A100-80GB", 1, "vllm", "rate", 8,
+         {"median_e2el_ms": 2137, "median_ttft_ms": 120.39, "median_tpot_ms": 17.09}, requests=2400, knobs=VLLM_060),
+    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, offline", "llama-3.1-8b", "A100-80GB", 1, "vllm", "max", 0,
+         {"output_throughput": 4132.4}, requests=2500, knobs=VLLM_060),
+    *[Case("B", f"B: Llama-3.1-8B FP8, 1x{gpu}, TensorRT-LLM, {isl}/{osl}, max throughput", "llama-3.1-8b", gpu, 1,
+           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, 800 if isl < 5000 else 400)
+      for gpu, col in (("H100-SXM", 2), ("H200", 3)) for isl, osl, *pubs in B for pub in [(isl, osl, *pubs)[col]]],
+    *[Case("C", f"C: Llama-3.3-70B FP8, 2xH100 TP2, NIM, 5000/500, concurrency {c}", "llama-3.3-70b", "H100-SXM", 2,
+           "trtllm", "concurrency", c, {"median_ttft_ms": ttft, "median_tpot_ms": itl, "output_throughput": tok},
+           "fp8", "fp8", 5000, 500, max(4 * c, 20))
+      for c, ttft, itl, tok in ((1, 407, 18.6, 51.7), (25, 689, 38.8, 623), (50, 835, 59.7, 814),
+                                (100, 7996, 92.9, 917))],
+    *[Case("D", f"D: {name}, {tp}xA100-40GB, TTFT of a 512-token prompt", name, "A100-40GB", tp, "trtllm", "static", 1,
+           {"median_ttft_ms": ttft}, isl=512, osl=1)
+      for name, tp, ttft in (("mpt-7b", 1, 46), ("mpt-7b", 2, 34), ("mpt-7b", 4, 26), ("llama-2-70b", 4, 154),
+                             ("llama-2-70b", 8, 114))],
+    *[Case("D", f"D: MPT-7B, 1xA100-40GB, static batch {b}, 512/64", "mpt-7b", "A100-40GB", 1, "trtllm", "static", b,
+           {"request_throughput": rps}, isl=512, osl=64) for b, rps in ((1, 0.9), (64, 12.5))],
+    Case("E", "E: Llama-3.1-8B, 1xH100, vLLM u=0.9", "llama-3.1-8b", "H100-SXM", 1, "vllm", "memory", 0,
+         {"weights_gib_per_gpu": 14.99, "kv_gib_per_gpu": 51.38}),
+    Case("E", "E: Llama-3.3-70B FP8, 2xH100 TP2, vLLM u=0.9", "llama-3.3-70b", "H100-SXM", 2, "vllm", "memory", 0,
+         {"weights_gib_per_gpu": 33.88, "kv_gib_per_gpu": 32.0}, "fp8"),
+]
+# Row A's published runs count tokens with Llama-3's tokenizer: 4281.5 output tok/s at 22.03 req/s is 194.3
+# output tokens per request. The bundled tokenizer's ShareGPT sample is rescaled to that mean.
+ROW_A_MEAN_OUTPUT = 4281.5 / 22.03
+
+
+def sharegpt_row_a(base: Workload) -> Workload:
+    return base.scaled(ROW_A_MEAN_OUTPUT / base.mean_output, f"rescaled to row A's {ROW_A_MEAN_OUTPUT:.1f} "
+                                                             "output tokens per request (Llama-3 tokenizer)")
+
+
+def predict(case: Case, sharegpt: Workload | None) -> dict:
+    model, gpu = models.model(case.model), gpus.gpu(case.gpu)
+    engine = engines.profile(case.engine).with_knobs(**case.knobs)
+    mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
+    if case.mode == "memory":
+        return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}
+    if case.isl:
+        n = case.requests
+        work = Workload(np.full(n, case.isl), np.full(n, case.osl), f"{case.isl}/{case.osl}")
+    else:
+        work = sharegpt_row_a(sharegpt)
+    roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
+    shape = EngineShape(engine.max_num_seqs, engine.max_num_batched_tokens, mem.kv_tokens, engine.block_size, 0.0,
+                        engine.request_overhead, engine.chunked_prefill, engine.scheduler_steps,
+                        engine.reserve_output)
+    setup = SimSetup(roof, shape, work, (0,), case.requests)
+    if case.mode == "rate":
+        return at_rate(setup, case.value)
+    if case.mode == "concurrency":
+        return at_concurrency(setup, int(case.value))
+    if case.mode == "max":
+        return max_throughput(setup, case.requests)
+    batch = int(case.value)  # static: one batch sent at once
+    point = max_throughput(SimSetup(roof, shape, work, (0,), batch), batch)
+    return point
+
+
+def validate(cases: list[Case] | None = None, sharegpt: Workload | None = None) -> list[dict]:
+    """Predicted beside published, one row per figure, with the relative error and its kind."""
+    if sharegpt is None and any(not c.isl and c.mode != "memory" for c in cases or CASES):
+        from llmbench.plan.workload import from_dataset
+
+        sharegpt = from_dataset("sharegpt", {}, 1000)
+    rows = []
+    for case in cases or CASES:
+        got = predict(case, sharegpt)
+        for metric, published in case.published.items():
+            value = got[metric]
+            rows.append({"row": case.row, "case": case.what, "metric": metric, "kind": KIND.get(metric, "latency"),
+                         "published": published, "predicted": value, "error": value / published - 1})
+    return rows
+
+
+def error_summary(rows: list[dict]) -> dict:
+    """Per kind: median and largest absolute error, and how many rows fall inside the band in use."""
+    from llmbench.plan import bands
+
+    out = {}
+    for kind in ("throughput", "latency", "memory"):
+        errors = np.array([abs(r["error"]) for r in rows if r["kind"] == kind])
+        if len(errors):
+            out[kind] = {"rows": len(errors), "median": float(np.median(errors)), "max": float(errors.max()),
+                         "band": bands.PRIORS[kind], "inside_band": int((errors <= bands.PRIORS[kind]).sum())}
+    return out

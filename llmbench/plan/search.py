@@ -1,0 +1,106 @@
+"""Questions put to the simulator: latencies at a rate or a concurrency, maximum throughput, and the highest
+rate that meets the SLO (doubling, then bisection, as vLLM's serve_sla search does on a real server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from llmbench.plan.simulator import EngineShape, SimResult, StepModel, simulate
+from llmbench.plan.workload import Workload
+from llmbench.slo import SLO
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    model: StepModel
+    shape: EngineShape
+    work: Workload
+    seeds: tuple[int, ...] = (0, 1, 2)
+    requests: int = 600
+
+    def with_shape(self, **changes) -> SimSetup:
+        return replace(self, shape=replace(self.shape, **changes))
+
+
+# arrivals span at least this long (a queue needs time to build before its P99 means anything), within a cap
+MIN_SECONDS, MAX_REQUESTS = 30.0, 4000
+
+
+def _merge(results: list[SimResult], slo: SLO | None) -> dict:
+    summaries = [r.summary() for r in results]
+    merged = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]}
+    if slo is not None:
+        merged["attainment"] = float(np.mean([r.attainment(slo.ttft_ms, slo.tpot_ms, slo.e2el_ms) for r in results]))
+    return merged
+
+
+def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[int, ...] | None = None) -> dict:
+    """Poisson arrivals at `rate` req/s: percentiles averaged over seeds, attainment of `slo`."""
+    results = []
+    n = int(min(max(setup.requests, rate * MIN_SECONDS), MAX_REQUESTS))
+    for seed in seeds or setup.seeds:
+        rng = np.random.default_rng(seed)
+        prompts, outputs = setup.work.sample(n, rng)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+        res = simulate(arrivals, prompts, outputs, setup.model, setup.shape)
+        if len(res.ttft) < n:
+            raise RuntimeError(f"the simulation did not finish all requests at {rate:g} req/s")
+        results.append(res)
+    return _merge(results, slo) | {"rate": rate}
+
+
+def at_concurrency(setup: SimSetup, concurrency: int, slo: SLO | None = None) -> dict:
+    """Closed loop: `concurrency` requests in flight; the first `concurrency` (started together) are warm-up."""
+    results = []
+    n = max(setup.requests, 4 * concurrency)
+    for seed in setup.seeds:
+        prompts, outputs = setup.work.sample(n + concurrency, np.random.default_rng(seed))
+        res = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=concurrency)
+        results.append(res.without_first(concurrency))
+    return _merge(results, slo) | {"concurrency": concurrency}
+
+
+def max_throughput(setup: SimSetup, requests: int | None = None) -> dict:
+    """Every request sent at once (vLLM's rate=inf, trtllm-bench): includes the drain tail."""
+    n = requests or max(setup.requests, 1000)
+    prompts, outputs = setup.work.sample(n, np.random.default_rng(setup.seeds[0]))
+    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None)
+
+
+def meets(setup: SimSetup, rate: float, slo: SLO, seeds: tuple[int, ...] | None = None) -> tuple[bool, dict]:
+    point = at_rate(setup, rate, slo, seeds)
+    return point["attainment"] >= slo.attainment, point
+
+
+def capacity(setup: SimSetup, slo: SLO, start: float, tolerance: float = 0.05,
+             seeds: tuple[int, ...] | None = None) -> float:
+    """The highest Poisson rate whose requests meet the SLO at the required attainment (0 if none)."""
+    low, high = 0.0, max(start, 1e-3)
+    while meets(setup, high, slo, seeds)[0]:
+        low, high = high, high * 2
+        if high > 1e6:
+            return high
+    while high - low > tolerance * max(low, 1e-3):
+        mid = (low + high) / 2
+        if meets(setup, mid, slo, seeds)[0]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+GRID = {"max_num_seqs": (128, 256, 512), "max_num_batched_tokens": (2048, 8192)}
+
+
+def knob_grid(setup: SimSetup, slo: SLO, start: float) -> list[dict]:
+    """Capacity under the SLO for each engine setting in GRID (one seed, 10 % tolerance): only what was
+    simulated is recommended."""
+    rows = []
+    for seqs in GRID["max_num_seqs"]:
+        for budget in GRID["max_num_batched_tokens"]:
+            trial = setup.with_shape(max_num_seqs=seqs, max_num_batched_tokens=budget)
+            rate = capacity(trial, slo, start, 0.1, setup.seeds[:1])
+            rows.append({"--max-num-seqs": seqs, "--max-num-batched-tokens": budget, "rate": rate})
+    return rows
