@@ -251,6 +251,9 @@ def test_other_architectures_and_gpu_specs(tmp_path):
                                     "link": "pcie5"}))
     g = gpus.gpu_from_spec(gpu_file)
     assert g.link.name.startswith("PCIe") and g.memory == 96e9
+    from llmbench.plan.roofline import FAMILIES
+
+    assert set(FAMILIES) == set(gpus.FAMILIES) and {x.family for x in gpus.GPUS.values()} <= set(FAMILIES)
     gpu_file.write_text(json.dumps({"name": "X1", "memory_gb": 96}))
     with pytest.raises(KeyError, match="missing bandwidth_gb_s, bf16_tflops"):
         gpus.gpu_from_spec(gpu_file)

@@ -52,6 +52,7 @@ def _gpu(name, memory, bw, bf16, fp8, link, family, price, price_source, source)
     return GPU(name, memory, bw, bf16, fp8, LINKS[link], family, price, price_source, source)
 
 
+FAMILIES = ("hopper", "ampere", "ampere-pcie", "ada", "blackwell", "cdna3")  # efficiency priors: roofline.py
 NONE_PUBLISHED = "none published in planning.md"
 GPUS: dict[str, GPU] = {g.name: g for g in [
     _gpu("A10G", 24 * GB, 600 * GB, 70e12, None, "pcie4", "ampere-pcie", 1.01, "Mélange example config ($1.01/h)",
@@ -117,8 +118,6 @@ def gpu_from_spec(path: Path) -> GPU:
     link = spec.get("link", "pcie4")
     if link not in LINKS:
         raise KeyError(f"{path}: link {link!r} is not one of {', '.join(LINKS)}")
-    from llmbench.plan.roofline import FAMILIES
-
     family = spec.get("family", "hopper")
     if family not in FAMILIES:
         raise KeyError(f"{path}: family {family!r} is not one of {', '.join(FAMILIES)}")
