@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 
@@ -34,19 +35,19 @@ class ModelSpec:
     sliding_window: int | None = None
     max_positions: int = 4096
 
-    @property
+    @cached_property
     def params(self) -> float:
         if self.total_params:
             return self.total_params
         return self._count(self.experts)
 
-    @property
+    @cached_property
     def active_params(self) -> float:
         if self.active_params_published:
             return self.active_params_published
         return self._count(min(self.top_k, self.experts) if self.experts > 1 else 1)
 
-    @property
+    @cached_property
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied else 2) + self.learned_positions * self.hidden
 
@@ -69,7 +70,7 @@ class ModelSpec:
         per_moe = attn + moe_mlp + norms
         return self.embedding_params + (self.layers - moe_layers) * per_dense + moe_layers * per_moe + h
 
-    @property
+    @cached_property
     def routed_expert_params(self) -> float:
         """Parameters of the routed experts (0 for a dense model): the part a step reads only where routed."""
         if self.experts <= 1:

@@ -4,6 +4,7 @@ latency and a bandwidth per interconnect, plus the engine's fixed costs per step
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from llmbench.plan.engines import PROFILES, EngineProfile
 from llmbench.plan.gpus import GPU
@@ -47,11 +48,19 @@ class RooflineModel:
     eff: Efficiency | None = None  # None: the GPU family's prior
     scale: float = 1.0  # a calibration factor on the GPU part of the step (fitted on a sweep)
 
-    @property
+    @cached_property
     def efficiency(self) -> Efficiency:
         return self.eff or BY_GPU.get(self.gpu.name) or FAMILIES.get(self.gpu.family, FAMILIES["hopper"])
 
-    @property
+    @cached_property
+    def weight_bytes(self) -> float:
+        return weight_bytes(self.model, self.weight_dtype)
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        return self.model.kv_bytes_per_token(BYTES[self.kv_dtype], 1)
+
+    @cached_property
     def peak_flops(self) -> float:
         fp8 = self.weight_dtype == "fp8" and self.gpu.fp8_flops
         return (self.gpu.fp8_flops if fp8 else self.gpu.bf16_flops) * self.tp
@@ -79,8 +88,8 @@ class RooflineModel:
         attn_width = m.heads * m.head_dim
         flops = 2 * m.active_params * tokens
         flops += 4 * m.layers * attn_width * (prefill_tokens * (cached_context + prefill_tokens / 2) + context_tokens)
-        kv_bytes = m.kv_bytes_per_token(BYTES[self.kv_dtype], 1) * (context_tokens + cached_context + prefill_tokens)
-        touched = weight_bytes(m, self.weight_dtype) * (m.params_read(tokens) / m.params)
+        kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
+        touched = self.weight_bytes * (m.params_read(tokens) / m.params) if m.experts > 1 else self.weight_bytes
         eff, e = self.efficiency, self.engine
         compute = flops / (eff.mfu * e.mfu_scale * self.peak_flops)
         memory = (touched + kv_bytes) / (eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp)

@@ -173,15 +173,15 @@ class _Replica:
                 if batch:
                     return batch
         before = self.preemptions
-        for r in list(self.running):
-            if budget <= 0 or r not in self.running:
-                continue
-            n = min(r.todo, budget)
-            if self.grow(r, n):
-                batch.append((r, n))
-                budget -= n
-            else:
-                return batch if batch else []
+        i, bs = 0, self.shape.block_size
+        while i < len(self.running) and budget > 0:  # preemption pops from the end, so index forward
+            r = self.running[i]
+            n = min(r.prompt + r.generated - r.computed, budget)
+            if (-(-(r.computed + n) // bs) > r.blocks or r.reserved) and not self.grow(r, n):
+                return batch
+            batch.append((r, n))
+            budget -= n
+            i += 1
         if admit_new and self.shape.chunked_prefill and self.preemptions == before:
             self.admit(budget, batch)
         return batch
@@ -246,8 +246,13 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                         nxt.arrival = now
                         pending.append(nxt)
         if deliver:
-            for r in rep.running:
-                _deliver(r, now, itl)
+            for r in rep.running:  # _deliver, inlined: this loop runs once per simulated token
+                if r.generated > r.delivered:
+                    if r.delivered:
+                        itl.append(now - r.last_delivery)
+                    else:
+                        r.first = now
+                    r.delivered, r.last_delivery = r.generated, now
     done = [r for r in reqs if not math.isnan(r.finish)]
     over = shape.client_overhead
     ttft = np.array([r.first - r.arrival + over for r in done])
