@@ -18,6 +18,8 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
 @click.option("--max-throughput", is_flag=True, help="Every request at once (rate = inf): tokens/s and req/s.")
 @click.option("--results", type=click.Path(exists=True, file_okay=False),
               help="A sweep's results folder: its rates (measured) and requests (workload); calibrates the model.")
+@click.option("--measured-gpu", help="The GPU the --results sweep ran on, to predict another --gpu (default: --gpu).")
+@click.option("--measured-tp", type=click.IntRange(1), help="The sweep's tensor-parallel size (default: --tp).")
 @click.option("--slo", help="P99 SLOs, e.g. ttft=500ms,tpot=50ms[,e2el=3s] (default: MLPerf 2 s / 100 ms).")
 @click.option("--attainment", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0),
               help="Share of requests that must meet the SLO (0.9 = the SLOs are P90s).")
@@ -40,6 +42,7 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
 @click.option("--dataset", type=click.Choice(["sharegpt", "random", "synthetic", "jsonl"]), default="sharegpt",
               show_default=True, help="Workload, as `llmbench run` defines it (ignored with --results).")
 @click.option("--dataset-path", help="ShareGPT JSON or your JSONL trace.")
+@click.option("--scenario", help="Bundled scenario name or YAML path: its dataset and SLO (flags given here win).")
 @click.option("--input-len", type=click.IntRange(1), help="Fixed input tokens (the random dataset).")
 @click.option("--output-len", type=click.IntRange(1), help="Fixed output tokens.")
 @click.option("--range-ratio", type=click.FloatRange(0, 1, max_open=True), help="random: lengths uniform in L(1±r).")
@@ -68,6 +71,18 @@ def plan_command(ctx: click.Context, **o) -> None:
 
     if sum(x is not None and x is not False for x in (o["at_rate"], o["concurrency"], o["max_throughput"] or None)) > 1:
         raise click.UsageError(f"ask one question at a time: {MODES}")
+    scenario_options = {}
+    if o["scenario"]:
+        from llmbench import scenario
+        from llmbench.scenario import ScenarioError
+
+        try:
+            loaded = scenario.to_options(scenario.load(o["scenario"]))
+        except ScenarioError as err:
+            raise click.UsageError(str(err)) from None
+        if ctx.get_parameter_source("dataset") == click.core.ParameterSource.DEFAULT and "dataset" in loaded:
+            o["dataset"], scenario_options = loaded["dataset"], loaded["dataset_options"]
+        o["slo"] = o["slo"] or loaded.get("slo")
     results = Path(o["results"]) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
@@ -79,10 +94,11 @@ def plan_command(ctx: click.Context, **o) -> None:
     try:
         slo = parse_slo(o["slo"], o["attainment"])
         check_names(o)
-        work = None if results else workload(o)
+        work = None if results else workload(o, scenario_options)
         request = PlanRequest(
             slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
+            measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
             weight_dtype=o["weight_dtype"] or measured.get("weight_dtype", "bf16"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
             burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],
@@ -106,22 +122,27 @@ def check_names(o: dict) -> None:
         models.model(o["model"])
         if not o["gpu_spec"]:
             gpus.gpu(o["gpu"])
+        if o["measured_gpu"]:
+            gpus.gpu(o["measured_gpu"])
     except KeyError as err:
         raise PlanError(str(err.args[0])) from None
 
 
-def workload(o: dict):
+def workload(o: dict, chosen: dict | None = None):
+    """The workload as `llmbench run` builds it; --input-len alone means fixed lengths (vLLM's random)."""
     from llmbench.plan.workload import from_dataset
 
     name = o["dataset"]
     if o["input_len"] is not None and name == "sharegpt":
-        name = "random"  # --input-len/--output-len alone: fixed lengths, as vLLM's random dataset
-    options = {}
+        name = "random"
+    options = dict(chosen or {})
     if name == "random":
-        options = {"input_len": o["input_len"] or 1024, "output_len": o["output_len"] or 128,
-                   "range_ratio": o["range_ratio"] or 0.0}
-    elif o["output_len"] is not None:
-        options["output_len"] = o["output_len"]
+        options |= {key: o[key] for key in ("input_len", "output_len", "range_ratio") if o[key] is not None}
+    else:
+        if o["input_len"] is not None or o["range_ratio"] is not None:
+            raise click.UsageError(f"--input-len and --range-ratio apply to the random dataset, not {name}")
+        if o["output_len"] is not None:
+            options["output_len"] = o["output_len"]
     if o["dataset_path"]:
         options["path"] = o["dataset_path"]
     return from_dataset(name, options, o["num_prompts"], o["tokenizer"], o["seed"])

@@ -80,6 +80,8 @@ def test_unmeasured_plan_cli(tmp_path):
     (["--gpu", "TPUv9"], "unknown GPU 'TPUv9'"),
     (["--model", "gpt-5"], "unknown model 'gpt-5'"),
     (["--model", "deepseek-v3", "--gpu", "L4"], "does not fit L4 at any TP up to 8"),
+    (["--scenario", "shared-prefix"], "'shared-prefix' needs a measured sweep"),
+    (["--gpu", "h100", "--measured-gpu", "A100-8O"], "did you mean A100-80GB?"),
 ])
 def test_plan_errors(args, message, tmp_path):
     r = CliRunner().invoke(main, ["plan", "--qps", "10", "--out", str(tmp_path / "p.json"), *args])
@@ -276,3 +278,10 @@ def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     measured = {f["name"]: f["value"] for f in plan["figures"] if f["label"] == "measured"}
     assert sim["P50 TPOT"] == pytest.approx(20, rel=0.2) and measured["P50 TPOT"] == pytest.approx(20, rel=0.2)
     assert sim["P50 TTFT"] == pytest.approx(measured["P50 TTFT"], rel=0.3)
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
+                                  "--gpu", "H100", "--measured-gpu", "L4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    moved = json.loads((out / "plan.json").read_text())
+    tpot = next(f["value"] for f in moved["figures"] if f["name"] == "P50 TPOT" and f["label"] != "measured")
+    assert tpot < 0.5 * sim["P50 TPOT"]  # 16x the bandwidth of an L4, same efficiency scale
+    assert any("transferred from the sweep on L4 TP1" in note for note in moved["estimates"])

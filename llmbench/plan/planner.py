@@ -36,6 +36,8 @@ class PlanRequest:
     results: Path | None = None
     gpu: str = "H100-SXM"
     gpu_spec: Path | None = None
+    measured_gpu: str | None = None  # where the --results sweep ran, when it is not --gpu
+    measured_tp: int | None = None
     model: str = "llama-3.1-8b"
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
@@ -159,23 +161,29 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
 
 
 def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
-    """The roofline replica, calibrated on the --results sweep of any server."""
+    """The roofline calibrated on the --results sweep of any server (run on --measured-gpu at --measured-tp,
+    by default the GPU and TP asked about), then applied to the GPU and TP asked about."""
     from llmbench.plan.calibrate import calibrate
 
-    rep = catalog_replica(req, work)
+    measured_req = replace(req, gpu=req.measured_gpu or req.gpu, gpu_spec=None if req.measured_gpu else req.gpu_spec,
+                           gpus_per_replica=req.measured_tp or req.gpus_per_replica)
+    measured = catalog_replica(measured_req, work)
+    rep = catalog_replica(req, work) if (req.measured_gpu or req.measured_tp) else measured
     try:
-        cal = calibrate(req.results, rep.setup.model, rep.setup.shape)
+        cal = calibrate(req.results, measured.setup.model, measured.setup.shape)
     except ValueError as err:
         rep.notes.append(f"not calibrated: {err}")
         return rep
     model = rep.setup.model.scaled(cal.scale)
     shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
     rep.setup = replace(rep.setup, model=model, shape=shape)
-    rep.how += f"; {cal.describe()}"
+    on = f"{measured_req.gpu} TP{measured.tp}"
+    rep.how += f"; {cal.describe()} on {on}"
     rep.label = "simulated (calibrated)"
     rep.band = dict(bands.CALIBRATED)
-    rep.notes.append("transferred from the sweep: the GPU-time scale and the per-request overhead; the GPU, TP and "
-                     "memory figures are the catalog's for --gpu/--model as given")
+    rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
+                     f"priors) and the per-request overhead ({cal.request_overhead * 1000:.1f} ms); memory, KV capacity, "
+                     "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
     return rep
 
 
