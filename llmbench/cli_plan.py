@@ -202,6 +202,8 @@ def print_plan(plan: dict) -> None:
                  if cost.get("usd_per_million_output_tokens") else "")
         console.print(f"cost: ${cost['usd_per_hour']:.2f}/hour for {cost['gpus']} GPUs at "
                       f"${cost['usd_per_gpu_hour']:.2f}/GPU-hour ({cost['price_source']}){extra}")
+    elif cost.get("note"):
+        console.print(f"cost: {cost['note']}")
     table = Table(title=f"why — {plan['slo_text']}")
     for col in ("figure", "value", "band", "label"):
         table.add_column(col, justify="right" if col in ("value", "band") else "left")

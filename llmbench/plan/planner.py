@@ -357,7 +357,7 @@ def make_plan(req: PlanRequest) -> dict:
         plan["estimates"].append(f"measured: {cap['missing']}")
     gpus_total = (plan.get("measured") or plan.get("simulated") or {}).get("gpus") or (
         _replicas_of_fleet(req, rep) * rep.tp)
-    _costs(plan, req, gpus_total, work)
+    _costs(plan, req, gpus_total, work, priced=rep.label != "simulated (fitted)")
     return plan
 
 
@@ -395,9 +395,10 @@ def _measured_layer(req: PlanRequest, plan: dict, cap: dict) -> None:
         plan["answer"] = f"one replica sustains {cap['per_replica_rate']:.2f} req/s under {req.slo.describe()}, measured"
 
 
-def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload) -> None:
+def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload, priced: bool = True) -> None:
+    """Catalog prices only where the plan is about a catalog GPU (a bundled-engine sweep ran on this machine)."""
     gpu = None
-    if not req.gpu_spec:
+    if priced and not req.gpu_spec:
         try:
             gpu = gpus.gpu(req.gpu)
         except KeyError:
