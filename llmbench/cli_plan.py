@@ -69,7 +69,7 @@ def plan_command(ctx: click.Context, **o) -> None:
     from llmbench.plan.planner import PlanError, PlanRequest, make_plan
     from llmbench.slo import SLOError, parse_slo
 
-    if sum(x is not None and x is not False for x in (o["at_rate"], o["concurrency"], o["max_throughput"] or None)) > 1:
+    if sum((o["qps"] is not None, o["at_rate"] is not None, o["concurrency"] is not None, o["max_throughput"])) > 1:
         raise click.UsageError(f"ask one question at a time: {MODES}")
     scenario_options = {}
     if o["scenario"]:

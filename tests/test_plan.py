@@ -222,8 +222,9 @@ def test_each_question_has_its_answer(tmp_path):
     assert r.exit_code == 0 and r.output.startswith("maximum throughput on 4 replica(s) of 1 GPU(s)"), r.output
     r = CliRunner().invoke(main, ["plan", "--slo", "ttft=1s,tpot=50ms", "--attainment", "0.9", *common])
     assert r.exit_code == 0 and "one replica of 1 GPU(s) sustains" in r.output, r.output
-    r = CliRunner().invoke(main, ["plan", "--at-rate", "4", "--max-throughput", *common])
-    assert r.exit_code == 2 and "one question at a time" in r.output
+    for both in (["--at-rate", "4", "--max-throughput"], ["--qps", "10", "--concurrency", "8"]):
+        r = CliRunner().invoke(main, ["plan", *both, *common])
+        assert r.exit_code == 2 and "one question at a time" in r.output, both
 
 
 def test_tensor_parallel_over_pcie_pays_per_collective():

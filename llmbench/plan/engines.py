@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from llmbench.plan.simulator import EngineShape
+
 GiB = 2**30
 
 
@@ -35,6 +37,12 @@ class EngineProfile:
     prefix_caching: bool = True
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
+
+    def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
+        """The simulator's view of this engine with a KV pool of `kv_tokens`."""
+        return EngineShape(self.max_num_seqs, self.max_num_batched_tokens, kv_tokens, self.block_size,
+                           prefix_hit_rate if self.prefix_caching else 0.0, self.request_overhead,
+                           self.chunked_prefill, self.scheduler_steps, self.reserve_output)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""

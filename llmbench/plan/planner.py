@@ -144,9 +144,7 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         if mem is None:
             raise PlanError(describe_misfit(model, gpu, max_len, **kw))
     roof = RooflineModel(model, gpu, mem.tp, req.weight_dtype, req.kv_dtype, engine)
-    shape = EngineShape(engine.max_num_seqs, engine.max_num_batched_tokens, mem.kv_tokens, engine.block_size,
-                        req.prefix_hit_rate if engine.prefix_caching else 0.0, engine.request_overhead,
-                        engine.chunked_prefill, engine.scheduler_steps, engine.reserve_output)
+    shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate)
     memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
               "activation_gib_per_gpu": mem.activation_per_gpu / GiB, "other_gib_per_gpu": mem.other_per_gpu / GiB,
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
@@ -252,24 +250,21 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
     fleet = _replicas_of_fleet(req, rep)
     where = f"{fleet} replica(s) of {rep.tp} GPU(s)"
     figures = plan["figures"]
-    if req.mode == "at-rate":
-        point = search.at_rate(setup, req.at_rate / fleet, req.slo)
+    if req.mode in ("at-rate", "concurrency"):
+        if req.mode == "at-rate":
+            point = search.at_rate(setup, req.at_rate / fleet, req.slo)
+            at = f"{req.at_rate:g} req/s"
+        else:
+            point = search.at_concurrency(setup, max(req.concurrency // fleet, 1), req.slo)
+            at = f"concurrency {req.concurrency}"
         figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
         plan["simulated"] = {"point": point, "replicas": fleet}
-        plan["answer"] = (f"at {req.at_rate:g} req/s on {where}: P50/P99 TTFT {point['median_ttft_ms']:.0f}/"
-                          f"{point['p99_ttft_ms']:.0f} ms, TPOT {point['median_tpot_ms']:.1f}/{point['p99_tpot_ms']:.1f} "
-                          f"ms, E2E {point['median_e2el_ms'] / 1000:.2f}/{point['p99_e2el_ms'] / 1000:.2f} s "
-                          f"(±{rep.band['latency']:.0%}; {point['attainment']:.1%} meet {req.slo.describe()})")
-        return
-    if req.mode == "concurrency":
-        per = max(req.concurrency // fleet, 1)
-        point = search.at_concurrency(setup, per, req.slo)
-        figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
-        plan["simulated"] = {"point": point, "replicas": fleet}
-        plan["answer"] = (f"at concurrency {req.concurrency} on {where}: P50/P99 TTFT {point['median_ttft_ms']:.0f}/"
-                          f"{point['p99_ttft_ms']:.0f} ms, TPOT {point['median_tpot_ms']:.1f}/"
-                          f"{point['p99_tpot_ms']:.1f} ms, {point['output_throughput'] * fleet:,.0f} output tok/s "
-                          f"(±{rep.band['latency']:.0%} latency, ±{rep.band['throughput']:.0%} throughput)")
+        plan["answer"] = (f"at {at} on {where}: P50/P99 TTFT {point['median_ttft_ms']:.0f}/{point['p99_ttft_ms']:.0f} "
+                          f"ms, TPOT {point['median_tpot_ms']:.1f}/{point['p99_tpot_ms']:.1f} ms, E2E "
+                          f"{point['median_e2el_ms'] / 1000:.2f}/{point['p99_e2el_ms'] / 1000:.2f} s, "
+                          f"{point['output_throughput'] * fleet:,.0f} output tok/s (±{rep.band['latency']:.0%} latency, "
+                          f"±{rep.band['throughput']:.0%} throughput; {point['attainment']:.1%} meet "
+                          f"{req.slo.describe()})")
         return
     if req.mode == "max-throughput":
         point = search.max_throughput(setup)

@@ -11,7 +11,6 @@ from llmbench.plan import engines, gpus, models
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, max_throughput
-from llmbench.plan.simulator import EngineShape
 from llmbench.plan.workload import Workload
 
 
@@ -94,9 +93,7 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     else:
         work = sharegpt_row_a(sharegpt)
     roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
-    shape = EngineShape(engine.max_num_seqs, engine.max_num_batched_tokens, mem.kv_tokens, engine.block_size, 0.0,
-                        engine.request_overhead, engine.chunked_prefill, engine.scheduler_steps,
-                        engine.reserve_output)
+    shape = engine.shape(mem.kv_tokens)
     setup = SimSetup(roof, shape, work, (0,), case.requests)
     if case.mode == "rate":
         return at_rate(setup, case.value)
@@ -105,8 +102,7 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     if case.mode == "max":
         return max_throughput(setup, case.requests)
     batch = int(case.value)  # static: one batch sent at once
-    point = max_throughput(SimSetup(roof, shape, work, (0,), batch), batch)
-    return point
+    return max_throughput(SimSetup(roof, shape, work, (0,), batch), batch)
 
 
 def validate(cases: list[Case] | None = None, sharegpt: Workload | None = None) -> list[dict]:

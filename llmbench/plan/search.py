@@ -46,7 +46,7 @@ def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[i
         arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
         res = simulate(arrivals, prompts, outputs, setup.model, setup.shape)
         if len(res.ttft) < n:
-            raise RuntimeError(f"the simulation did not finish all requests at {rate:g} req/s")
+            raise ValueError(f"the simulation did not finish all requests at {rate:g} req/s")
         results.append(res)
     return _merge(results, slo) | {"rate": rate}
 

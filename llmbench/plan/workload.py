@@ -105,7 +105,6 @@ def _cache_file(name: str, options: dict, n: int, tokenizer: str, seed: int) -> 
     from bundled.modelbuild import llmbench_home
 
     key = repr((name, sorted(options.items()), n, str(Path(tokenizer).resolve()), seed)).encode()
-    for path in (Path(options.get("path") or ""),):
-        if path.is_file():
-            key += str(path.stat().st_mtime_ns).encode()
+    if options.get("path") and Path(options["path"]).is_file():
+        key += str(Path(options["path"]).stat().st_mtime_ns).encode()
     return llmbench_home() / "plan-workloads" / f"{name}-{hashlib.sha1(key).hexdigest()[:16]}.npz"
