@@ -149,26 +149,31 @@ def workload(o: dict, chosen: dict | None = None):
 
 
 @plan_command.command("validate")
-@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E"]), help="Only these rows.")
+@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H"]),
+              help="Only these rows (H: the held-out TensorRT-LLM rows).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
 def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
-    """Reproduce every published row of planning.md §9: predicted beside published, with the error."""
+    """Reproduce every published row of planning.md §9 and the held-out rows: predicted beside published, with
+    the error, then the errors per class of setup against the bands plans are given."""
     from rich.console import Console
     from rich.table import Table
 
+    from llmbench.plan import held_out
     from llmbench.plan.published import CASES, error_summary, validate
 
-    rows = validate([c for c in CASES if not row or c.row in row])
-    table = Table(title="llmbench plan validate — planning.md §9")
+    rows = validate([c for c in CASES + held_out.CASES if not row or c.row in row])
+    table = Table(title="llmbench plan validate — planning.md §9 and held-out rows (H)")
     for col in ("case", "metric", "published", "predicted", "error"):
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")
     for r in rows:
         table.add_row(r["case"], r["metric"], f"{r['published']:,.2f}", f"{r['predicted']:,.2f}", f"{r['error']:+.1%}")
     console = Console()
     console.print(table)
-    for kind, s in error_summary(rows).items():
-        console.print(f"{kind}: median |error| {s['median']:.1%}, largest {s['max']:.1%}, {s['inside_band']} of "
-                      f"{s['rows']} inside the ±{s['band']:.0%} band")
+    for s in error_summary(rows):
+        parts = [f"{name} median |error| {s[part]['median']:.1%}, largest {s[part]['max']:.1%} ({s[part]['rows']})"
+                 for part, name in (("fitted", "§9"), ("held_out", "held out")) if part in s]
+        console.print(f"{s['class']}, {s['kind']}: {'; '.join(parts)}; {s['inside_band']} of {s['rows']} inside "
+                      f"the ±{s['band']:.0%} band")
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=2))
 
@@ -213,8 +218,9 @@ def print_plan(plan: dict) -> None:
     console.print(table)
     sim = plan.get("simulated", {})
     if "grid" in sim:
-        grid = "; ".join(f"{r['--max-num-seqs']}/{r['--max-num-batched-tokens']}: {r['rate']:.2f}" for r in sim["grid"])
-        console.print(f"engine flags simulated (max-num-seqs/max-num-batched-tokens: req/s): {grid}")
+        grid = "; ".join(f"{r['--max-num-seqs']}/{r['--max-num-batched-tokens']}: {r['rate']:.2f} "
+                         f"({r['kv_tokens'] / 1000:,.0f}k)" for r in sim["grid"])
+        console.print(f"engine flags simulated (max-num-seqs/max-num-batched-tokens: req/s (KV tokens)): {grid}")
         console.print("recommended: " + " ".join(f"{k} {v}" for k, v in sim["recommended_flags"].items()))
     console.print(f"step model: {plan['setup']['step_model']}", highlight=False)
     console.print(f"workload: {plan['setup']['workload']}", highlight=False)

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.simulator import EngineShape, simulate
+from llmbench.plan.scheduler import EngineShape
+from llmbench.plan.simulator import simulate
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmbench.plan.simulator import EngineShape
+from llmbench.plan.scheduler import EngineShape
 
 GiB = 2**30
 

@@ -9,6 +9,7 @@ records, or a roofline with priors) and estimated (memory and the articles' form
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from llmbench.plan import bands, engines, gpus, models, search
 from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.simulator import EngineShape, simulate
+from llmbench.plan.scheduler import EngineShape
+from llmbench.plan.simulator import simulate
 from llmbench.plan.workload import Workload
 from llmbench.slo import SLO, attainment_points, capacity, lower_rates
 
@@ -122,6 +124,7 @@ class Replica:
     band: dict  # relative half-widths by kind: throughput, latency, memory
     memory: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    kv_tokens: Callable[[int], int] | None = None  # KV pool for a --max-num-batched-tokens (the knob grid)
 
 
 def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
@@ -154,8 +157,16 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
            f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
            f"MFU {roof.efficiency.mfu:.2f} / MBU {roof.efficiency.mbu:.2f} ({roof.efficiency.source})")
     setup = search.SimSetup(roof, shape, work, req.seeds, req.requests_per_sim)
-    return Replica(setup, mem.tp, how, "simulated (priors)", dict(bands.PRIORS), memory,
-                   [f"GPU {gpu.name}: {gpu.source}"])
+    cls = bands.setup_class(model, mem.tp)
+    band_note = f"bands: the largest errors on published {cls} setups (`llmbench plan validate`)"
+
+    def kv_tokens(budget: int) -> int:
+        return plan_memory(model, gpu, mem.tp, **kw | {"engine": engine.with_knobs(max_num_batched_tokens=budget)}
+                           ).kv_tokens
+
+    return Replica(setup, mem.tp, how, "simulated (priors)", bands.for_setup(model, mem.tp), memory,
+                   [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls])))],
+                   kv_tokens)
 
 
 def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
@@ -178,7 +189,6 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     on = f"{measured_req.gpu} TP{measured.tp}"
     rep.how += f"; {cal.describe()} on {on}"
     rep.label = "simulated (calibrated)"
-    rep.band = dict(bands.CALIBRATED)
     rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
                      f"priors) and the per-request overhead ({cal.request_overhead * 1000:.1f} ms); memory, KV capacity, "
                      "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
@@ -287,7 +297,7 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
     figures.append(_figure("goodput per replica (SLO capacity)", rate, "req/s", rep.label, b))
     figures += _latency_figures(point, rep)
     if req.search_knobs:
-        grid = search.knob_grid(setup, req.slo, rate)
+        grid = search.knob_grid(setup, req.slo, rate, rep.kv_tokens)
         best = max(grid, key=lambda row: row["rate"])
         sim["grid"] = grid
         sim["recommended_flags"] = {k: v for k, v in best.items() if k != "rate"} | {

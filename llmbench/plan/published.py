@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmbench.plan import engines, gpus, models
+from llmbench.plan import bands, engines, gpus, models
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, max_throughput
@@ -37,6 +37,9 @@ KIND = {"output_throughput": "throughput", "request_throughput": "throughput", "
         "weights_gib_per_gpu": "memory"}
 VLLM_060 = {"chunked_prefill": False, "scheduler_steps": 10}
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
+# trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
+TRTLLM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000, (1000, 1000): 3000,
+                   (1000, 2000): 1500, (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (20000, 2000): 1000}
 B = [(128, 128, 28312, 27911), (1000, 1000, 15220, 17744), (2048, 128, 3450, 3538), (5000, 500, 3459, 3902),
      (20000, 2000, 1351, 1804)]
 CASES = [
@@ -53,7 +56,7 @@ CASES = [
     Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, offline", "llama-3.1-8b", "A100-80GB", 1, "vllm", "max", 0,
          {"output_throughput": 4132.4}, requests=2500, knobs=VLLM_060),
     *[Case("B", f"B: Llama-3.1-8B FP8, 1x{gpu}, TensorRT-LLM, {isl}/{osl}, max throughput", "llama-3.1-8b", gpu, 1,
-           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, 800 if isl < 5000 else 400)
+           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl])
       for gpu, col in (("H100-SXM", 2), ("H200", 3)) for isl, osl, *pubs in B for pub in [(isl, osl, *pubs)[col]]],
     *[Case("C", f"C: Llama-3.3-70B FP8, 2xH100 TP2, NIM, 5000/500, concurrency {c}", "llama-3.3-70b", "H100-SXM", 2,
            "trtllm", "concurrency", c, {"median_ttft_ms": ttft, "median_tpot_ms": itl, "output_throughput": tok},
@@ -106,29 +109,38 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
 
 
 def validate(cases: list[Case] | None = None, sharegpt: Workload | None = None) -> list[dict]:
-    """Predicted beside published, one row per figure, with the relative error and its kind."""
-    if sharegpt is None and any(not c.isl and c.mode != "memory" for c in cases or CASES):
+    """Predicted beside published, one row per figure, with the relative error, its kind, the class of setup
+    whose band applies, and whether the row was held out (never seen while choosing the priors)."""
+    cases = CASES if cases is None else cases
+    if sharegpt is None and any(not c.isl and c.mode != "memory" for c in cases):
         from llmbench.plan.workload import from_dataset
 
         sharegpt = from_dataset("sharegpt", {}, 1000)
     rows = []
-    for case in cases or CASES:
+    for case in cases:
         got = predict(case, sharegpt)
         for metric, published in case.published.items():
             value = got[metric]
             rows.append({"row": case.row, "case": case.what, "metric": metric, "kind": KIND.get(metric, "latency"),
+                         "class": bands.setup_class(models.model(case.model), case.tp), "held_out": case.row == "H",
                          "published": published, "predicted": value, "error": value / published - 1})
     return rows
 
 
-def error_summary(rows: list[dict]) -> dict:
-    """Per kind: median and largest absolute error, and how many rows fall inside the band in use."""
-    from llmbench.plan import bands
-
-    out = {}
-    for kind in ("throughput", "latency", "memory"):
-        errors = np.array([abs(r["error"]) for r in rows if r["kind"] == kind])
-        if len(errors):
-            out[kind] = {"rows": len(errors), "median": float(np.median(errors)), "max": float(errors.max()),
-                         "band": bands.PRIORS[kind], "inside_band": int((errors <= bands.PRIORS[kind]).sum())}
+def error_summary(rows: list[dict]) -> list[dict]:
+    """Per class of setup and kind of figure: median and largest absolute error over the §9 rows and over the
+    held-out ones, and how many of all fall inside the class's band."""
+    out = []
+    for cls, widths in bands.BANDS.items():
+        for kind, band in widths.items():
+            mine = [r for r in rows if r["class"] == cls and r["kind"] == kind]
+            if not mine:
+                continue
+            line = {"class": cls, "kind": kind, "band": band, "rows": len(mine),
+                    "inside_band": sum(abs(r["error"]) <= band for r in mine)}
+            for part, held in (("fitted", False), ("held_out", True)):
+                errors = np.array([abs(r["error"]) for r in mine if r["held_out"] == held])
+                if len(errors):
+                    line[part] = {"rows": len(errors), "median": float(np.median(errors)), "max": float(errors.max())}
+            out.append(line)
     return out

@@ -3,11 +3,13 @@ rate that meets the SLO (doubling, then bisection, as vLLM's serve_sla search do
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from llmbench.plan.simulator import EngineShape, SimResult, StepModel, simulate
+from llmbench.plan.scheduler import EngineShape, StepModel
+from llmbench.plan.simulator import SimResult, simulate
 from llmbench.plan.workload import Workload
 from llmbench.slo import SLO
 
@@ -94,13 +96,15 @@ def capacity(setup: SimSetup, slo: SLO, start: float, tolerance: float = 0.05,
 GRID = {"max_num_seqs": (128, 256, 512), "max_num_batched_tokens": (2048, 8192)}
 
 
-def knob_grid(setup: SimSetup, slo: SLO, start: float) -> list[dict]:
+def knob_grid(setup: SimSetup, slo: SLO, start: float, kv_tokens: Callable[[int], int] | None = None) -> list[dict]:
     """Capacity under the SLO for each engine setting in GRID (one seed, 10 % tolerance): only what was
-    simulated is recommended."""
+    simulated is recommended. `kv_tokens(budget)` is the KV pool an engine that profiles its activation peak
+    at `--max-num-batched-tokens` keeps (None: the pool does not depend on it)."""
     rows = []
     for seqs in GRID["max_num_seqs"]:
         for budget in GRID["max_num_batched_tokens"]:
-            trial = setup.with_shape(max_num_seqs=seqs, max_num_batched_tokens=budget)
+            kv = kv_tokens(budget) if kv_tokens else setup.shape.kv_capacity_tokens
+            trial = setup.with_shape(max_num_seqs=seqs, max_num_batched_tokens=budget, kv_capacity_tokens=kv)
             rate = capacity(trial, slo, start, 0.1, setup.seeds[:1])
-            rows.append({"--max-num-seqs": seqs, "--max-num-batched-tokens": budget, "rate": rate})
+            rows.append({"--max-num-seqs": seqs, "--max-num-batched-tokens": budget, "kv_tokens": kv, "rate": rate})
     return rows

@@ -15,28 +15,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
-
-class StepModel(Protocol):
-    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float: ...
-
-
-@dataclass(frozen=True)
-class EngineShape:
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    kv_capacity_tokens: int = 10**7
-    block_size: int = 16
-    prefix_hit_rate: float = 0.0  # fraction of each prompt found in the prefix cache
-    client_overhead: float = 0.0  # seconds added to TTFT and E2E (HTTP, tokenization)
-    chunked_prefill: bool = True
-    scheduler_steps: int = 1
-    reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
-
+from llmbench.plan.scheduler import EngineShape, Request, Scheduler, StepModel
 
 PERCENTILES = (50, 90, 99)
 
@@ -83,124 +65,23 @@ class SimResult:
         return float(ok.mean()) if len(ok) else 0.0
 
 
-class _Req:
-    __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done",
-                 "delivered", "last_delivery", "reserved")
-
-    def __init__(self, arrival: float, prompt: int, output: int) -> None:
-        self.arrival, self.prompt, self.output = arrival, prompt, max(output, 1)
-        self.computed = self.generated = self.blocks = self.delivered = self.reserved = 0
-        self.first = self.finish = self.last_delivery = math.nan
-        self.hit_done = False
-
-    @property
-    def todo(self) -> int:
-        """Tokens to compute before the next output token: the rest of the prompt, or one decode."""
-        return self.prompt + self.generated - self.computed
-
-
-class _Replica:
-    def __init__(self, shape: EngineShape) -> None:
-        self.shape = shape
-        self.free = shape.kv_capacity_tokens // shape.block_size
-        self.waiting: deque[_Req] = deque()
-        self.running: list[_Req] = []
-        self.preemptions = 0
-        self.reserved = 0  # blocks promised to admitted requests' future tokens (reserve_output)
-
-    def blocks_for(self, r: _Req, n: int) -> int:
-        return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
-
-    def grow(self, r: _Req, n: int) -> bool:
-        """Reserve blocks for n more tokens of running request r, preempting the newest ones; False when
-        r itself was preempted."""
-        need = self.blocks_for(r, n)
-        if r.reserved:
-            used = min(need, r.reserved)
-            r.reserved -= used
-            self.reserved -= used
-        while need > self.free:
-            victim = self.running.pop()
-            self.free += victim.blocks
-            self.reserved -= victim.reserved
-            victim.blocks = victim.computed = victim.reserved = 0
-            self.waiting.appendleft(victim)
-            self.preemptions += 1
-            if victim is r:
-                return False
-        self.free -= need
-        r.blocks += need
-        return True
-
-    def admit(self, budget: int, batch: list) -> int:
-        """Waiting requests FCFS into the budget while their blocks fit."""
-        shape = self.shape
-        while self.waiting and budget > 0 and len(self.running) < shape.max_num_seqs:
-            r = self.waiting[0]
-            if not r.hit_done and shape.prefix_hit_rate > 0:
-                r.computed = min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size,
-                                 r.prompt - 1)
-                r.hit_done = True
-            n = min(r.todo, budget)
-            need = self.blocks_for(r, n)
-            reserve = self.blocks_for(r, r.prompt + r.output - r.computed) if shape.reserve_output else need
-            if reserve > self.free - self.reserved:
-                break
-            if shape.reserve_output:
-                self.reserved += reserve - need
-                r.reserved = reserve - need
-            self.waiting.popleft()
-            self.free -= need
-            r.blocks += need
-            self.running.append(r)
-            batch.append((r, n))
-            budget -= n
-        return budget
-
-    def schedule(self, admit_new: bool) -> list[tuple[_Req, int]]:
-        budget = self.shape.max_num_batched_tokens
-        batch: list[tuple[_Req, int]] = []
-        if not self.shape.chunked_prefill:
-            prefilling = [r for r in self.running if r.computed < r.prompt]
-            if prefilling or (admit_new and self.waiting):
-                for r in prefilling:
-                    n = min(r.todo, budget)
-                    if n > 0 and self.grow(r, n):
-                        batch.append((r, n))
-                        budget -= n
-                if admit_new:
-                    self.admit(budget, batch)
-                if batch:
-                    return batch
-        before = self.preemptions
-        i, bs = 0, self.shape.block_size
-        while i < len(self.running) and budget > 0:  # preemption pops from the end, so index forward
-            r = self.running[i]
-            n = min(r.prompt + r.generated - r.computed, budget)
-            if (-(-(r.computed + n) // bs) > r.blocks or r.reserved) and not self.grow(r, n):
-                return batch
-            batch.append((r, n))
-            budget -= n
-            i += 1
-        if admit_new and self.shape.chunked_prefill and self.preemptions == before:
-            self.admit(budget, batch)
-        return batch
-
-
 def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarray, model: StepModel,
-             shape: EngineShape, concurrency: int | None = None, max_steps: int = 3_000_000) -> SimResult:
+             shape: EngineShape, concurrency: int | None = None, max_steps: int = 3_000_000,
+             fast_forward: bool = True) -> SimResult:
     """Open loop (`arrivals` in seconds) or closed loop (`concurrency` requests in flight, each next one
-    sent when one finishes, like a fixed-concurrency benchmark)."""
+    sent when one finishes, like a fixed-concurrency benchmark). `fast_forward=False` steps every decode
+    one by one: the same answer, slower (the reference the fast path is tested against)."""
     if concurrency is not None:
         arrivals = np.zeros(len(prompts))
-    reqs = [_Req(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
+    reqs = [Request(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
     pending = deque(sorted(reqs, key=lambda r: r.arrival))
-    held: deque[_Req] = deque()
+    held: deque[Request] = deque()
     if concurrency is not None:
         held, pending = deque(list(pending)[concurrency:]), deque(list(pending)[:concurrency])
-    rep = _Replica(shape)
+    rep = Scheduler(shape)
     k = max(shape.scheduler_steps, 1)
     itl: list[float] = []
+    bulk: list[np.ndarray] = []  # inter-token latencies of fast-forwarded decode steps
     now, decodes = 0.0, 0  # decode-only steps, counted for multi-step scheduling
     for _ in range(max_steps):
         while pending and pending[0].arrival <= now:
@@ -210,6 +91,11 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 break
             now = pending[0].arrival
             continue
+        if fast_forward and k == 1:
+            end = rep.fast_forward(model, now, pending[0].arrival if pending else math.inf, bulk)
+            if end is not None:
+                now = end
+                continue
         batch = rep.schedule(admit_new=decodes % k == 0 or not rep.running)
         if not batch:
             if pending:
@@ -260,11 +146,12 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
     tpot_all = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else 0.0 for r in done])
     multi = np.array([r.output > 1 for r in done], dtype=bool)
     start = min((r.arrival for r in reqs), default=0.0)
-    return SimResult(ttft, tpot_all, multi, e2el, np.array(itl), sum(r.output for r in done), max(now - start, 1e-9),
+    itl_all = np.concatenate([np.array(itl), *bulk])
+    return SimResult(ttft, tpot_all, multi, e2el, itl_all, sum(r.output for r in done), max(now - start, 1e-9),
                      rep.preemptions)
 
 
-def _deliver(r: _Req, now: float, itl: list[float]) -> None:
+def _deliver(r: Request, now: float, itl: list[float]) -> None:
     """Tokens generated since the last delivery reach the client as one chunk."""
     if r.generated <= r.delivered:
         return

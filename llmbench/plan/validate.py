@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
-from llmbench.plan.simulator import EngineShape, simulate
+from llmbench.plan.scheduler import EngineShape
+from llmbench.plan.simulator import simulate
 from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
 
 

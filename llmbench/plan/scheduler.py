@@ -1,0 +1,192 @@
+"""The scheduler the simulator drives, one replica's worth: FCFS admission into the token budget, KV blocks
+allocated as tokens are computed, preemption (recompute) of the newest request when blocks run out, and a
+fast path for the decode-only stretches where nothing but the contexts changes."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class StepModel(Protocol):
+    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float: ...
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    kv_capacity_tokens: int = 10**7
+    block_size: int = 16
+    prefix_hit_rate: float = 0.0  # fraction of each prompt found in the prefix cache
+    client_overhead: float = 0.0  # seconds added to TTFT and E2E (HTTP, tokenization)
+    chunked_prefill: bool = True
+    scheduler_steps: int = 1
+    reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
+
+
+class Request:
+    __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done",
+                 "delivered", "last_delivery", "reserved")
+
+    def __init__(self, arrival: float, prompt: int, output: int) -> None:
+        self.arrival, self.prompt, self.output = arrival, prompt, max(output, 1)
+        self.computed = self.generated = self.blocks = self.delivered = self.reserved = 0
+        self.first = self.finish = self.last_delivery = math.nan
+        self.hit_done = False
+
+    @property
+    def todo(self) -> int:
+        """Tokens to compute before the next output token: the rest of the prompt, or one decode."""
+        return self.prompt + self.generated - self.computed
+
+
+class Scheduler:
+    """One replica's queue, running batch and KV blocks; `schedule` picks the next step's work."""
+
+    def __init__(self, shape: EngineShape) -> None:
+        self.shape = shape
+        self.free = shape.kv_capacity_tokens // shape.block_size
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.preemptions = 0
+        self.reserved = 0  # blocks promised to admitted requests' future tokens (reserve_output)
+
+    def blocks_for(self, r: Request, n: int) -> int:
+        return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
+
+    def grow(self, r: Request, n: int) -> bool:
+        """Reserve blocks for n more tokens of running request r, preempting the newest ones; False when
+        r itself was preempted."""
+        need = self.blocks_for(r, n)
+        if r.reserved:
+            used = min(need, r.reserved)
+            r.reserved -= used
+            self.reserved -= used
+        while need > self.free:
+            victim = self.running.pop()
+            self.free += victim.blocks
+            self.reserved -= victim.reserved
+            victim.blocks = victim.computed = victim.reserved = 0
+            self.waiting.appendleft(victim)
+            self.preemptions += 1
+            if victim is r:
+                return False
+        self.free -= need
+        r.blocks += need
+        return True
+
+    def admit(self, budget: int, batch: list) -> int:
+        """Waiting requests FCFS into the budget while their blocks fit."""
+        shape = self.shape
+        while self.waiting and budget > 0 and len(self.running) < shape.max_num_seqs:
+            r = self.waiting[0]
+            if not r.hit_done and shape.prefix_hit_rate > 0:
+                r.computed = min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size,
+                                 r.prompt - 1)
+                r.hit_done = True
+            n = min(r.todo, budget)
+            need = self.blocks_for(r, n)
+            reserve = self.blocks_for(r, r.prompt + r.output - r.computed) if shape.reserve_output else need
+            if reserve > self.free - self.reserved:
+                break
+            if shape.reserve_output:
+                self.reserved += reserve - need
+                r.reserved = reserve - need
+            self.waiting.popleft()
+            self.free -= need
+            r.blocks += need
+            self.running.append(r)
+            batch.append((r, n))
+            budget -= n
+        return budget
+
+    def fast_forward(self, model: StepModel, now: float, next_arrival: float, bulk: list[np.ndarray]
+                     ) -> float | None:
+        """Run in one go the decode-only steps in which nothing but the contexts changes: every running request
+        decodes, none finishes, no waiting one can join, no block runs short and no request arrives. These
+        are most steps of a long-output workload; stepping them one by one costs a Python loop per token.
+        Returns the clock after them, None when there were none to run."""
+        running, shape = self.running, self.shape
+        batch = len(running)
+        if not batch or batch > shape.max_num_batched_tokens:
+            return None
+        budget = shape.max_num_batched_tokens - (batch if shape.chunked_prefill else 0)
+        if self.waiting and batch < shape.max_num_seqs and self._could_admit(budget):
+            return None
+        steps = min(r.output - r.generated for r in running) - 1
+        if steps < 2 or any(r.todo != 1 or not r.generated or r.delivered != r.generated for r in running):
+            return None
+        bs = shape.block_size
+        need = sum(-(-(r.computed + steps) // bs) - r.blocks for r in running)
+        if need > self.free:
+            return None
+        context = sum(r.computed for r in running) + batch
+        times = np.array([model.step_time(0, batch, context + j * batch) for j in range(steps)])
+        ends = now + np.cumsum(times)
+        steps = min(steps, int(np.searchsorted(ends[:-1], next_arrival, side="left")) + 1)
+        if steps < 2:
+            return None
+        first = np.array([ends[0] - r.last_delivery for r in running])  # a stalled request waited longer
+        times = times[1:steps]
+        now = float(ends[steps - 1])
+        for r in running:
+            grown = -(-(r.computed + steps) // bs) - r.blocks
+            used = min(grown, r.reserved)
+            r.reserved -= used
+            self.reserved -= used
+            self.free -= grown
+            r.blocks += grown
+            r.computed += steps
+            r.generated += steps
+            r.delivered, r.last_delivery = r.generated, now
+        bulk += [first, np.repeat(times, batch)]
+        return now
+
+    def _could_admit(self, budget: int) -> bool:
+        """Whether the head of the queue would be admitted into `budget` tokens now (admit's test, no change)."""
+        r, shape = self.waiting[0], self.shape
+        if budget <= 0:
+            return False
+        computed = r.computed
+        if not r.hit_done and shape.prefix_hit_rate > 0:
+            computed = min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size,
+                           r.prompt - 1)
+        n = min(r.prompt + r.generated - computed, budget)
+        need = math.ceil((computed + n) / shape.block_size) - r.blocks
+        reserve = math.ceil((r.prompt + r.output) / shape.block_size) - r.blocks if shape.reserve_output else need
+        return reserve <= self.free - self.reserved
+
+    def schedule(self, admit_new: bool) -> list[tuple[Request, int]]:
+        budget = self.shape.max_num_batched_tokens
+        batch: list[tuple[Request, int]] = []
+        if not self.shape.chunked_prefill:
+            prefilling = [r for r in self.running if r.computed < r.prompt]
+            if prefilling or (admit_new and self.waiting):
+                for r in prefilling:
+                    n = min(r.todo, budget)
+                    if n > 0 and self.grow(r, n):
+                        batch.append((r, n))
+                        budget -= n
+                if admit_new:
+                    self.admit(budget, batch)
+                if batch:
+                    return batch
+        before = self.preemptions
+        i, bs = 0, self.shape.block_size
+        while i < len(self.running) and budget > 0:  # preemption pops from the end, so index forward
+            r = self.running[i]
+            n = min(r.prompt + r.generated - r.computed, budget)
+            if (-(-(r.computed + n) // bs) > r.blocks or r.reserved) and not self.grow(r, n):
+                return batch
+            batch.append((r, n))
+            budget -= n
+            i += 1
+        if admit_new and self.shape.chunked_prefill and self.preemptions == before:
+            self.admit(budget, batch)
+        return batch
