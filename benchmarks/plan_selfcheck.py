@@ -1,5 +1,7 @@
 """Planner self-consistency on this machine: sweep the bundled engine at six rates, fit the step-time model
-on three, predict P99 TTFT, P99 TPOT and output throughput at the other three.
+on three, predict P99 TTFT, P99 TPOT and output throughput at the other three. The sweep resets the engine's
+prefix cache before each rate (each rate sends the same seeded sample); on a slower machine pass lower
+--rates (the sweep stops past saturation and only measured rates are used).
 
     python benchmarks/plan_selfcheck.py [--rates 0.5,1,1.5,2,2.5,3] [--duration 20] [--out results/selfcheck]
 """
@@ -19,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from bundled.modelbuild import build_model  # noqa: E402
 from llmbench.arrivals import parse_rates  # noqa: E402
 from llmbench.plan.validate import self_check  # noqa: E402
-from llmbench.results import label_for  # noqa: E402
+from llmbench.results import label_for, load_results  # noqa: E402
 
 
 @click.command()
@@ -35,7 +37,13 @@ def main(rates: str, duration: float, out: str, model: str | None, skip_sweep: b
         cmd = [sys.executable, "-m", "llmbench.cli", "sweep", "--rate", rates, "--duration", str(duration),
                "--out", out, "--no-progress", "--seed", "0", "--model", model]
         subprocess.run(cmd, check=True)
-    labels = [label_for(r, None) for r in values]
+    measured = {r["label"] for r in load_results(Path(out))}
+    labels = [label for label in (label_for(r, None) for r in values) if label in measured]
+    skipped = [label_for(r, None) for r in values if label_for(r, None) not in measured]
+    if skipped:  # a slower machine saturates sooner and the sweep stops there
+        print(f"not measured (the sweep stopped as saturated): {', '.join(skipped)}")
+    if len(labels) < 3:
+        raise SystemExit(f"only {len(labels)} rates measured in {out}; give lower --rates")
     calibrate, predict = labels[0::2], labels[1::2]
     rows = self_check(Path(out), calibrate, predict)
     print(f"\nmachine: {platform.processor() or platform.machine()}; calibrated on {', '.join(calibrate)}")

@@ -166,6 +166,16 @@ class BlockManager:
         seq.num_computed_tokens = 0
         seq.num_registered_blocks = 0
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix (vLLM's /reset_prefix_cache), so a benchmark's next run starts cold.
+        Only while no block is in use, as vLLM does: False when a running sequence holds blocks."""
+        if len(self.free) != self.num_blocks:
+            return False
+        for block in self.blocks:
+            block.hash = None
+        self.cached.clear()
+        return True
+
     def take_copies(self) -> list[tuple[int, int]]:
         copies, self.pending_copies = self.pending_copies, []
         return copies

@@ -123,6 +123,10 @@ class LLM:
                 seq.finish_time = time.time()
         return True
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop the prefix cache; refused (False) while requests are unfinished."""
+        return not self.has_unfinished() and self.block_manager.reset_prefix_cache()
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 

@@ -68,6 +68,8 @@ OPTIONS = [
     click.option("--scenario", help="Bundled scenario name or YAML path (flags given here win)."),
     click.option("--out", type=click.Path(file_okay=False), help="Results folder (default: results/<time>)."),
     click.option("--no-progress", is_flag=True, help="No live progress display."),
+    click.option("--keep-prefix-cache", is_flag=True,
+                 help="Do not ask the server to drop its prefix cache before each rate (POST /reset_prefix_cache)."),
     click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
                  help="Load-generator transport: llmbench's asyncio client, or Locust master + workers."),
     click.option("--workers", type=click.IntRange(1), default=2, show_default=True,
@@ -139,7 +141,7 @@ def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
         burstiness=math.inf if opts["constant"] else float(opts["burstiness"]), max_concurrency=opts["max_concurrency"],
         warmup=opts["warmup"], request_timeout=opts["request_timeout"], percentiles=percentiles, slo=slo,
         transport=opts["engine"], workers=opts["workers"], users=opts["users"], stop_when_saturated=not single,
-        max_failure_rate=opts["max_failure_rate"], args=opts)
+        max_failure_rate=opts["max_failure_rate"], reset_prefix_cache=not opts["keep_prefix_cache"], args=opts)
 
 
 def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:

@@ -133,7 +133,9 @@ def capacity(points: list[dict], slo: SLO) -> Capacity:
         ceiling, at = min(overloaded)
         if ceiling < rate:
             rate = max(best["rate"], ceiling)
-            note = f"capped by the {ceiling:.3g} req/s the server completed when overloaded at {at:g} req/s"
+            note = (f"capped by the {ceiling:.3g} req/s the server completed when overloaded at {at:g} req/s"
+                    if rate == ceiling else f"measured at {best['rate']:g} req/s; not interpolated higher: the "
+                    f"server completed {ceiling:.3g} req/s when overloaded at {at:g} req/s")
     return Capacity(rate, note, lowest, highest, passing)
 
 

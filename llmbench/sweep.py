@@ -16,7 +16,7 @@ from pathlib import Path
 from llmbench import __version__, arrivals, datasets, metrics, results
 from llmbench.runner import Progress, RunConfig, RunResult, execute
 from llmbench.slo import SLO, Capacity, capacity
-from llmbench.target import Target, load_tokenizer, open_target, quantization_mode
+from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
 
 DEFAULT_PROMPTS = 200  # requests per rate when neither --num-prompts nor a (finite-rate) --duration is given
 KEPT_UP = 0.9  # after the ramp-up, completions below this fraction of arrivals: falling behind
@@ -65,6 +65,7 @@ class SweepPlan:
     users: int | None = None  # Locust closed loop
     stop_when_saturated: bool = True
     max_failure_rate: float = 0.05
+    reset_prefix_cache: bool = True  # before each rate, so no rate finds an earlier one's prompts cached
     args: dict = field(default_factory=dict)  # the command line as given, for metadata.json
 
 
@@ -160,6 +161,10 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         for text in info.notes:
             view.note(text)
     files = results.RunFiles(plan.out, results.label_for(rate, plan.max_concurrency, plan.users))
+    not_reset = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else "--keep-prefix-cache"
+    if not_reset and plan.reset_prefix_cache and not outcome.rows:
+        view.note(f"prefix cache not reset before each rate ({not_reset}): a rate may find prompts an earlier one "
+                  "sent still cached, which flatters its TTFT")
     view.rate_started(index, len(plan.rates), rate, len(requests))
     if plan.transport == "locust":
         run, extra = _locust(plan, target, rate, requests, tokenizer_id, files)
@@ -169,6 +174,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
     body["saturated"] = None if run.interrupted else saturation(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
+    body["prefix_cache_reset"] = not not_reset
     row = results.write_result(files, body)
     outcome.rows.append(row)
     results.write_summary(plan.out, outcome.rows)

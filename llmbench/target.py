@@ -141,6 +141,27 @@ def describe_target(base_url: str, model: str | None, api_key: str | None, bundl
     return Target(base_url, model, tokenizer_dir, bundled, info)
 
 
+# vLLM (with VLLM_SERVER_DEV_MODE=1) and the bundled engine; SGLang
+RESET_PATHS = ("/reset_prefix_cache", "/flush_cache")
+
+
+def reset_prefix_cache(target: Target, api_key: str | None = None) -> str | None:
+    """Ask the server to drop its prefix cache before a measurement, so a rate does not find the prompts an
+    earlier rate sent (a sweep sends the same seeded sample at every rate). None when done, else why not."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    for path in RESET_PATHS:
+        req = urllib.request.Request(target.base_url + path, data=b"", method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30):
+                return None
+        except urllib.error.HTTPError as err:
+            if err.code not in (404, 405):
+                return f"{path} answered HTTP {err.code}"
+        except (urllib.error.URLError, OSError) as err:
+            return f"{path}: {getattr(err, 'reason', err)}"
+    return "the server has neither /reset_prefix_cache (vLLM: set VLLM_SERVER_DEV_MODE=1) nor /flush_cache (SGLang)"
+
+
 def load_tokenizer(path: str | None, target: Target) -> tuple[object, str, bool]:
     """(tokenizer, its folder, whether it is the bundled model's stand-in): the target model's tokenizer
     from a local folder, or the bundled model's when the target's is not on this machine."""

@@ -68,6 +68,10 @@ def test_capacity_never_above_what_an_overloaded_server_completed():
                          {"rate": 20.0, "attainment": 1.0, "saturated": True, "kept_up": 0.51}]
     cap = capacity(late, slo)  # interpolation says 10.9; the overloaded server completed only 10.2
     assert cap.rate == pytest.approx(10.2) and "capped by the 10.2 req/s" in cap.note
+    below = points[:2] + [{"rate": 15.0, "attainment": 1.0, "kept_up": 0.92},
+                          {"rate": 25.0, "attainment": 1.0, "saturated": True, "kept_up": 0.55}]
+    cap = capacity(below, slo)  # 15 met it; the 13.75 completed at 25 keeps it from rising, not below 15
+    assert cap.rate == 15.0 and cap.note.startswith("measured at 15 req/s; not interpolated higher")
     assert capacity([{"rate": 5.0, "attainment": 0.5}], slo).rate is None
 
 

@@ -106,3 +106,18 @@ def test_copy_on_write_after_fork():
     assert copies == [(parent.block_table[1], child.block_table[1])]
     assert child.block_table[0] == parent.block_table[0]  # the full block stays shared
     assert bm.allocate(parent, 1) and not bm.take_copies()  # parent now owns its block alone
+
+
+def test_reset_prefix_cache_only_when_no_block_is_in_use():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    seq = Sequence("a", list(range(10, 22)), SamplingParams())
+    bm.update_hashes(seq)
+    assert bm.allocate(seq, 12)
+    seq.num_computed_tokens = 12
+    bm.register_computed(seq)
+    assert not bm.reset_prefix_cache() and bm.cached
+    bm.free_sequence(seq)
+    again = Sequence("b", list(range(10, 22)), SamplingParams())
+    bm.update_hashes(again)
+    assert bm.cached_prefix(again)
+    assert bm.reset_prefix_cache() and not bm.cached and not bm.cached_prefix(again)

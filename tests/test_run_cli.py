@@ -49,6 +49,7 @@ def test_sweep_multiple_rates_and_chat(scripted, tmp_path, tiny_model):
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["request_rate"]) == [5, 10]
     assert list(summary["completed"]) == [10, 20]
+    assert "prefix cache not reset before each rate (the server has neither /reset_prefix_cache" in result.output
 
 
 def test_target_dies_mid_run(scripted, tmp_path, tiny_model):
@@ -146,6 +147,7 @@ def test_embedded_engine_and_results_api(tmp_path, tiny_model):
     assert r.exit_code == 0, r.output
     results = load_results(out)
     assert results[0]["completed"] == 6 and results[0]["model_id"] == "llmbench-tiny"
+    assert results[0]["prefix_cache_reset"] is True and "prefix cache not reset" not in r.output
     frame = load_records(out)
     assert len(frame) == 6 and {"ttft", "tpot", "latency", "send_lag"} <= set(frame.columns)
     assert frame["output_tokens"].tolist() == [8] * 6

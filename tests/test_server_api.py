@@ -127,3 +127,20 @@ def test_version_and_health(server):
     version = requests.get(server.url + "/version", timeout=10).json()
     assert version["engine"] == "llmbench-engine" and version["config"]["block_size"] == 16
     assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_reset_prefix_cache_makes_the_next_request_cold(server):
+    """POST /reset_prefix_cache (vLLM's endpoint): a repeated prompt hits the cache, after the reset it does not."""
+    def hits() -> int:
+        return requests.get(server.url + "/v1/engine/steps", timeout=10).json()["totals"]["prefix_hit_tokens"]
+
+    prompt = {"prompt": list(range(100, 180)), "max_tokens": 2}
+    for _ in range(2):
+        requests.post(server.url + "/v1/completions", json=prompt, timeout=60).raise_for_status()
+    warm = hits()
+    assert warm >= 64
+    reset = requests.post(server.url + "/reset_prefix_cache", timeout=30)
+    assert reset.status_code == 200 and reset.json() == {"reset": True}
+    requests.post(server.url + "/v1/completions", json=prompt, timeout=60).raise_for_status()
+    assert hits() == warm
+

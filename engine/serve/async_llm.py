@@ -10,6 +10,7 @@ streams costs more than the step).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
@@ -82,6 +83,13 @@ class AsyncLLM:
         self._commands.put(("abort", request_id))
         self._wake.set()
 
+    def reset_prefix_cache(self) -> concurrent.futures.Future:
+        """Ask the loop thread to drop the prefix cache; the future holds whether it did."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("reset_prefix_cache", done))
+        self._wake.set()
+        return done
+
     def num_waiting(self) -> int:
         return len(self.llm.scheduler.waiting) + self._commands.qsize()
 
@@ -120,6 +128,8 @@ class AsyncLLM:
                     self.llm.add_request(rid, ids, params, arrival_time=arrival)
                 except ValueError as err:
                     self._deliver(rid, EngineError(rid, str(err)), final=True)
+            elif cmd[0] == "reset_prefix_cache":
+                cmd[1].set_result(self.llm.reset_prefix_cache())
             elif self.llm.abort(cmd[1]):
                 self.num_aborted += 1
 

@@ -241,6 +241,14 @@ async def engine_steps(request: web.Request) -> web.Response:
     return web.json_response({"steps": llm.stats.as_records(since), "totals": llm.stats.totals})
 
 
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's POST /reset_prefix_cache: drop every cached prefix so the next measurement starts cold."""
+    if not await asyncio.wrap_future(request.app[STATE]["engine"].reset_prefix_cache()):
+        raise APIError(409, "requests are in flight and hold cached blocks; reset the prefix cache when idle",
+                       type_="invalid_request_error")
+    return web.json_response({"reset": True})
+
+
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if not state["engine"].llm.has_unfinished():
@@ -265,6 +273,7 @@ def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | Non
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/engine/steps", engine_steps)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
 
     async def on_startup(app: web.Application) -> None:
         aengine.start()
