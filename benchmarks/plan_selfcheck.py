@@ -38,8 +38,9 @@ def main(rates: str, duration: float, out: str, model: str | None, skip_sweep: b
                "--out", out, "--no-progress", "--seed", "0", "--model", model]
         subprocess.run(cmd, check=True)
     measured = {r["label"] for r in load_results(Path(out))}
-    labels = [label for label in (label_for(r, None) for r in values) if label in measured]
-    skipped = [label_for(r, None) for r in values if label_for(r, None) not in measured]
+    asked = [label_for(r, None) for r in values]
+    labels = [label for label in asked if label in measured]
+    skipped = [label for label in asked if label not in measured]
     if skipped:  # a slower machine saturates sooner and the sweep stops there
         print(f"not measured (the sweep stopped as saturated): {', '.join(skipped)}")
     if len(labels) < 3:

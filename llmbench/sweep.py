@@ -161,9 +161,9 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         for text in info.notes:
             view.note(text)
     files = results.RunFiles(plan.out, results.label_for(rate, plan.max_concurrency, plan.users))
-    not_reset = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else "--keep-prefix-cache"
-    if not_reset and plan.reset_prefix_cache and not outcome.rows:
-        view.note(f"prefix cache not reset before each rate ({not_reset}): a rate may find prompts an earlier one "
+    why_not = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else None
+    if why_not and (not outcome.rows or outcome.rows[-1]["prefix_cache_reset"]):  # once, and when it stops working
+        view.note(f"prefix cache not reset before each rate ({why_not}): a rate may find prompts an earlier one "
                   "sent still cached, which flatters its TTFT")
     view.rate_started(index, len(plan.rates), rate, len(requests))
     if plan.transport == "locust":
@@ -174,7 +174,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
     body["saturated"] = None if run.interrupted else saturation(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
-    body["prefix_cache_reset"] = not not_reset
+    body["prefix_cache_reset"] = plan.reset_prefix_cache and why_not is None
     row = results.write_result(files, body)
     outcome.rows.append(row)
     results.write_summary(plan.out, outcome.rows)

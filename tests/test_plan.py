@@ -56,14 +56,20 @@ def test_simulator_preempts_when_kv_is_short():
                                    EngineShape(128, 8192, 200000, 16, chunked_prefill=False),
                                    EngineShape(512, 8192, 100000, 16, reserve_output=True)])
 @pytest.mark.parametrize("concurrency", [None, 16])
-def test_fast_forward_gives_the_step_by_step_answer(shape, concurrency):
+def test_fast_forward_gives_the_step_by_step_answer(shape, concurrency, monkeypatch):
     """Decode-only stretches run in one go; every latency, ITL and the duration come out as when stepped."""
+    from llmbench.plan.scheduler import Scheduler
+
+    taken = []
+    fast_forward = Scheduler.fast_forward
+    monkeypatch.setattr(Scheduler, "fast_forward", lambda self, *a: taken.append(fast_forward(self, *a)) or taken[-1])
     rng = np.random.default_rng(1)
     n = 120
     prompts, outputs = rng.integers(20, 900, n), rng.integers(1, 400, n)
     arrivals = None if concurrency else np.cumsum(rng.exponential(1 / 6, n))
     roof = RooflineModel(models.model("llama-3.1-8b"), H100)
     fast = simulate(arrivals, prompts, outputs, roof, shape, concurrency)
+    assert any(end is not None for end in taken)  # the fast path did run
     slow = simulate(arrivals, prompts, outputs, roof, shape, concurrency, fast_forward=False)
     for name in ("ttft", "tpot_all", "e2el"):
         np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-9)

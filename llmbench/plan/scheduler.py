@@ -81,23 +81,34 @@ class Scheduler:
         r.blocks += need
         return True
 
+    def _cached(self, r: Request) -> int:
+        """Tokens of r already computed on admission: on its first one, the prefix-cache hit (whole blocks,
+        the last prompt token always left to compute)."""
+        shape = self.shape
+        if r.hit_done or shape.prefix_hit_rate <= 0:
+            return r.computed
+        return min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size, r.prompt - 1)
+
+    def _admission(self, r: Request, budget: int) -> tuple[int, int, int]:
+        """Admitting r into `budget`: (tokens it computes, blocks it needs now, blocks that must be free,
+        which with reserve_output cover its whole output)."""
+        bs = self.shape.block_size
+        computed = self._cached(r)
+        n = min(r.prompt + r.generated - computed, budget)
+        need = math.ceil((computed + n) / bs) - r.blocks
+        reserve = math.ceil((r.prompt + r.output) / bs) - r.blocks if self.shape.reserve_output else need
+        return n, need, reserve
+
     def admit(self, budget: int, batch: list) -> int:
         """Waiting requests FCFS into the budget while their blocks fit."""
-        shape = self.shape
-        while self.waiting and budget > 0 and len(self.running) < shape.max_num_seqs:
+        while self.waiting and budget > 0 and len(self.running) < self.shape.max_num_seqs:
             r = self.waiting[0]
-            if not r.hit_done and shape.prefix_hit_rate > 0:
-                r.computed = min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size,
-                                 r.prompt - 1)
-                r.hit_done = True
-            n = min(r.todo, budget)
-            need = self.blocks_for(r, n)
-            reserve = self.blocks_for(r, r.prompt + r.output - r.computed) if shape.reserve_output else need
+            n, need, reserve = self._admission(r, budget)
             if reserve > self.free - self.reserved:
                 break
-            if shape.reserve_output:
-                self.reserved += reserve - need
-                r.reserved = reserve - need
+            r.computed, r.hit_done = self._cached(r), True
+            self.reserved += reserve - need
+            r.reserved = reserve - need
             self.waiting.popleft()
             self.free -= need
             r.blocks += need
@@ -117,14 +128,13 @@ class Scheduler:
         if not batch or batch > shape.max_num_batched_tokens:
             return None
         budget = shape.max_num_batched_tokens - (batch if shape.chunked_prefill else 0)
-        if self.waiting and batch < shape.max_num_seqs and self._could_admit(budget):
+        if (self.waiting and batch < shape.max_num_seqs and budget > 0
+                and self._admission(self.waiting[0], budget)[2] <= self.free - self.reserved):
             return None
         steps = min(r.output - r.generated for r in running) - 1
         if steps < 2 or any(r.todo != 1 or not r.generated or r.delivered != r.generated for r in running):
             return None
-        bs = shape.block_size
-        need = sum(-(-(r.computed + steps) // bs) - r.blocks for r in running)
-        if need > self.free:
+        if sum(self.blocks_for(r, steps) for r in running) > self.free:
             return None
         context = sum(r.computed for r in running) + batch
         times = np.array([model.step_time(0, batch, context + j * batch) for j in range(steps)])
@@ -136,31 +146,12 @@ class Scheduler:
         times = times[1:steps]
         now = float(ends[steps - 1])
         for r in running:
-            grown = -(-(r.computed + steps) // bs) - r.blocks
-            used = min(grown, r.reserved)
-            r.reserved -= used
-            self.reserved -= used
-            self.free -= grown
-            r.blocks += grown
+            self.grow(r, steps)  # the blocks are there (checked above): no preemption
             r.computed += steps
             r.generated += steps
             r.delivered, r.last_delivery = r.generated, now
         bulk += [first, np.repeat(times, batch)]
         return now
-
-    def _could_admit(self, budget: int) -> bool:
-        """Whether the head of the queue would be admitted into `budget` tokens now (admit's test, no change)."""
-        r, shape = self.waiting[0], self.shape
-        if budget <= 0:
-            return False
-        computed = r.computed
-        if not r.hit_done and shape.prefix_hit_rate > 0:
-            computed = min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size,
-                           r.prompt - 1)
-        n = min(r.prompt + r.generated - computed, budget)
-        need = math.ceil((computed + n) / shape.block_size) - r.blocks
-        reserve = math.ceil((r.prompt + r.output) / shape.block_size) - r.blocks if shape.reserve_output else need
-        return reserve <= self.free - self.reserved
 
     def schedule(self, admit_new: bool) -> list[tuple[Request, int]]:
         budget = self.shape.max_num_batched_tokens
