@@ -39,7 +39,7 @@ class ModelSize:
 
 
 SIZES: dict[str, ModelSize] = {
-    "tiny": ModelSize(64, 2, 4, 2, 192, 2048),
+    "tiny": ModelSize(64, 2, 2, 1, 192, 2048),  # head_dim 32: the smallest vLLM's CPU and GPU attention take
     "small": ModelSize(512, 8, 8, 2, 1408, 4096),
     "qwen0.5b-shape": ModelSize(896, 24, 14, 2, 4864, 4096),  # Qwen2.5-0.5B's shapes, for GPU checks
 }

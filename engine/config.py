@@ -7,6 +7,7 @@ value against the same bounds, so a flag, its check and its default cannot drift
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -53,7 +54,7 @@ def format_bytes(n: int | None) -> str:
 
 @dataclass
 class EngineConfig:
-    model: str | None = setting(None, "Local HF checkpoint folder (default: the bundled `small` model).")
+    model: str | None = setting(None, "Local HF checkpoint folder (default: the bundled `llmbench-tiny` model).")
     dtype: Literal["float32", "bfloat16", "float16"] = setting("float32", "Weights and activations.")
     device: str = setting("cpu", "cpu, cuda or cuda:N.")
     block_size: int = setting(16, "Tokens per KV block.", low=1)
@@ -143,6 +144,17 @@ def check(name: str, value) -> None:
         raise ValueError(f"{name} must be at most {high:g}, got {value}")
 
 
+MAX_STOPS, MAX_STOP_CHARS, MAX_STOP_TOKEN_IDS, MAX_LOGPROBS = 64, 1024, 1024, 20
+
+
+class ParamError(ValueError):
+    """A sampling parameter out of bounds; `param` names it (the OpenAI error's `param`)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass
 class SamplingParams:
     n: int = 1
@@ -159,21 +171,41 @@ class SamplingParams:
     logprobs: int | None = None  # top-N logprobs per generated token
 
     def __post_init__(self) -> None:
+        """The one validation of a request's sampling parameters (the HTTP layer only checks JSON types and
+        turns a `ParamError` into a 400 naming the field): a bad value fails its own request, never a step."""
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        finite = all(isinstance(v, int | float) and math.isfinite(v) for v in (self.temperature, self.top_p,
+                                                                                 self.min_p))
         checks = [
-            (self.n >= 1, "n must be at least 1"),
-            (self.temperature >= 0, "temperature must be non-negative"),
-            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
-            (self.top_k >= -1, "top_k must be -1, 0 or positive"),
-            (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
-            (self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be at least 1"),
-            (self.min_tokens >= 0, "min_tokens must be non-negative"),
-            (self.logprobs is None or self.logprobs >= 0, "logprobs must be non-negative"),
+            (finite, "temperature", "temperature, top_p and min_p must be finite numbers"),
+            (self.n >= 1, "n", "n must be at least 1"),
+            (not finite or self.temperature >= 0, "temperature", "temperature must be non-negative"),
+            (not finite or 0 < self.top_p <= 1, "top_p", "top_p must be in (0, 1]"),
+            (self.top_k >= -1, "top_k", "top_k must be -1, 0 or positive"),
+            (not finite or 0 <= self.min_p <= 1, "min_p", "min_p must be in [0, 1]"),
+            (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "max_tokens must be at least 1"),
+            (self.min_tokens >= 0, "min_tokens", "min_tokens must be non-negative"),
+            (self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
+             f"logprobs must be between 0 and {MAX_LOGPROBS}"),
+            (self.seed is None or 0 <= self.seed < 2**63, "seed", "seed must be in [0, 2**63)"),
+            (isinstance(self.stop, list) and all(isinstance(x, str) for x in self.stop), "stop",
+             "stop must be a string or a list of strings"),
+            (len(self.stop) <= MAX_STOPS and all(len(x) <= MAX_STOP_CHARS for x in self.stop), "stop",
+             f"at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters"),
+            (isinstance(self.stop_token_ids, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                           for t in self.stop_token_ids), "stop_token_ids",
+             "stop_token_ids must be a list of non-negative integers"),
+            (len(self.stop_token_ids) <= MAX_STOP_TOKEN_IDS, "stop_token_ids",
+             f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids"),
         ]
-        for ok, message in checks:
+        for ok, param, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise ParamError(param, message)
+
+    @property
+    def max_stop_len(self) -> int:
+        return max((len(x) for x in self.stop), default=0)
 
     @property
     def greedy(self) -> bool:

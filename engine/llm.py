@@ -91,6 +91,7 @@ class LLM:
         self.spec = (Proposer(self.config, self.runner, self.model_config, self.tokenizer, self.max_model_len)
                      if self.config.speculative_model else None)
         self.requests: dict[str, _Request] = {}
+        self.last_batch = None  # the batch of the step being run (a failed step's suspects)
         self.stats = StatsLog(self.config.stats_window)
         self.clock = DeviceClock(self.runner.device)
 
@@ -105,6 +106,9 @@ class LLM:
             raise ValueError("the prompt is empty")
         if len(ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(ids)} tokens; max_model_len is {self.max_model_len}")
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in ids) or any(t >= vocab for t in params.stop_token_ids):
+            raise ValueError(f"token ids must be in [0, {vocab})")
         seq = Sequence(request_id, ids, params, arrival_time=arrival_time or time.time())
         if params.seed is not None:
             seq.generator = torch.Generator().manual_seed(params.seed)
@@ -123,6 +127,40 @@ class LLM:
                 seq.finish_time = time.time()
         return True
 
+    def preempt_failed_batch(self) -> list[str]:
+        """After a step raised: its requests go back to waiting, recomputed from their tokens, so the engine's
+        state is consistent whatever the step had done; returns them (the suspects), oldest first."""
+        batch, self.last_batch = self.last_batch, None
+        self.block_manager.pending_copies.clear()
+        seqs = batch.seqs if batch else [s for r in self.requests.values() for s in r.seqs]  # failed before scheduling
+        suspects = list(dict.fromkeys(seq.request_id for seq in seqs))
+        for rid in suspects:
+            for seq in self.requests[rid].seqs if rid in self.requests else []:
+                if seq in self.scheduler.running:
+                    self.scheduler.preempt(seq)
+        return suspects
+
+    def step_alone(self, request_id: str, max_steps: int = 256) -> list[RequestOutput]:
+        """Step with only `request_id` schedulable until it shows an output (a token, or its end); everything
+        else waits its turn unchanged. A step that raises here raised for this request alone."""
+        held = [seq for seq in self.scheduler.running if seq.request_id != request_id]
+        for seq in held:
+            self.scheduler.preempt(seq)
+        waiting = self.scheduler.waiting
+        others = [seq for seq in waiting if seq.request_id != request_id]
+        for seq in others:
+            waiting.remove(seq)
+        outputs: list[RequestOutput] = []
+        try:
+            for _ in range(max_steps):
+                step = self.step()
+                outputs += step
+                if not step and not self.has_unfinished() or any(o.request_id == request_id for o in step):
+                    break
+        finally:
+            waiting.extend(others)
+        return outputs
+
     def reset_prefix_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests are unfinished."""
         return not self.has_unfinished() and self.block_manager.reset_prefix_cache()
@@ -136,6 +174,7 @@ class LLM:
         request that changed."""
         t0 = time.perf_counter()
         batch = self.scheduler.schedule()
+        self.last_batch = batch
         if not batch:
             return []
         proposals = {}
@@ -256,6 +295,7 @@ class LLM:
         req = self.requests[seq.request_id]
         state = req.detok.setdefault(seq.index, DetokState(prefix_offset=max(seq.num_prompt_tokens - 5, 0),
                                                            read_offset=seq.num_prompt_tokens))
+        before = len(state.text)
         detokenize_step(self.tokenizer, seq.token_ids, state)
         p = seq.params
         reason, stop = None, None
@@ -269,7 +309,7 @@ class LLM:
             elif token in self.eos_token_ids and not p.ignore_eos:
                 reason, stop = "stop", None
             elif p.stop:
-                hit = _find_stop(state.text, p.stop)
+                hit = _find_stop(state.text, p.stop, max(before - p.max_stop_len + 1, 0))
                 if hit is not None:
                     state.text = state.text[: hit[0]]
                     reason, stop = "stop", hit[1]
@@ -303,8 +343,10 @@ class LLM:
         )
 
 
-def _find_stop(text: str, stops: list[str]) -> tuple[int, str] | None:
-    hits = [(text.find(s), s) for s in stops if s and s in text]
+def _find_stop(text: str, stops: list[str], start: int = 0) -> tuple[int, str] | None:
+    """The earliest stop string in `text[start:]`: only the new tail can hold a stop not seen before (a stop
+    that straddles the old text and the new piece starts at most max_stop_len - 1 characters back)."""
+    hits = [(i, s) for s in stops if s and (i := text.find(s, start)) >= 0]
     return min(hits) if hits else None
 
 

@@ -117,6 +117,10 @@ class Scheduler:
                 budget -= n
         self.waiting.extendleft(reversed(skipped))
 
+    def preempt(self, seq: Sequence) -> None:
+        """Back to waiting, its blocks freed: recomputed from its tokens when admitted again."""
+        self._preempt(seq)
+
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.bm.free_sequence(seq)

@@ -41,7 +41,8 @@ def parse_rate(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{text.strip()!r} is not a rate (a positive number, or inf)") from None
+        raise ValueError(f"{text.strip()!r} is not a rate: give a positive number or inf (a sweep also takes a..b "
+                         "as in 5..50, a..b:step as in 5..50:5, or a list as in 5,10,20)") from None
     if value <= 0:
         raise ValueError(f"a rate must be positive, got {text}")
     return value

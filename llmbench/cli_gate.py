@@ -1,4 +1,5 @@
-"""`llmbench gate`: compare a run with a baseline (exit 0 pass, 1 regression, 2 unusable input)."""
+"""`llmbench gate`: compare a run with a baseline (exit 0 pass, 1 regression, 2 unusable input, 4 inconclusive:
+a metric whose runs were too small to detect a regression of its tolerance)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from llmbench import gate as g
 from llmbench import gate_ratio
 
 
-@click.command("gate")
+@click.command("gate", epilog="Exit codes: 0 pass; 1 a regression beyond tolerance and significant; 2 unusable "
+               "input; 4 inconclusive: no regression found, but some metric's runs were too small to detect one "
+               "as large as its tolerance (the summary says how many requests would; --allow-inconclusive passes).")
 @click.option("--baseline", type=click.Path(), required=True, help="Results folder, result JSON or baseline file.")
 @click.option("--current", type=click.Path(), help="Results folder or result JSON (ours or vLLM's).")
 @click.option("--max-regression", default=None, help="e.g. p99_ttft=10%,p99_tpot=10%,output_throughput=5%")
 @click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.9999))
 @click.option("--update-baseline", is_flag=True, help="Write the current run as the new baseline file and exit.")
+@click.option("--allow-inconclusive", is_flag=True,
+              help="Pass (exit 0) when a metric's runs were too small to detect its tolerance, instead of exit 4.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False),
               help="Markdown summary (default: gate-summary.md next to --current, or to the ratio baseline).")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
@@ -34,7 +39,7 @@ from llmbench import gate_ratio
 @click.option("--num-prompts", default=32, show_default=True)
 @click.option("--rounds", default=2, show_default=True, help="Ratio mode: A B rounds.")
 @click.option("--rate", default="inf", show_default=True)
-def gate_command(baseline, current, max_regression, confidence, update_baseline, summary_path, junit_path, ratio,
+def gate_command(baseline, current, max_regression, confidence, update_baseline, allow_inconclusive, summary_path, junit_path, ratio,
                  name, candidate, reference, candidate_url, reference_url, model, dataset, dataset_option,
                  num_prompts, rounds, rate) -> None:
     """Fail CI on a performance regression that is beyond tolerance and statistically significant."""
@@ -55,8 +60,9 @@ def gate_command(baseline, current, max_regression, confidence, update_baseline,
             click.echo(f"baseline written: {g.write_baseline(cur, baseline)}")
             return
         result = g.compare(g.load_runs(baseline), cur, tolerances, confidence)
+        result.allow_inconclusive = allow_inconclusive
     except g.GateInputError as err:
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"Error: {err}", err=True)
         sys.exit(2)
     text = g.markdown(result)
     beside = Path(current) if Path(current).is_dir() else Path(current).parent
@@ -75,11 +81,11 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
     path = Path(baseline)
     if not update:  # said before minutes of measuring, not after
         if not path.is_file():
-            click.echo(f"error: {path}: no ratio baseline (run with --update-baseline first)", err=True)
+            click.echo(f"Error: {path}: no ratio baseline (run with --update-baseline first)", err=True)
             return 2
         pairs = gate_ratio.load(path)["pairs"]
         if name not in pairs:
-            click.echo(f"error: {path} has no pair {name!r} (it has {', '.join(pairs)})", err=True)
+            click.echo(f"Error: {path} has no pair {name!r} (it has {', '.join(pairs)})", err=True)
             return 2
     try:
         options = dict(_kv(o) for o in dataset_option)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from llmbench import cli_options
+
 MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-throughput, or none (SLO capacity)"
 
 
@@ -20,12 +22,11 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
               help="A sweep's results folder: its rates (measured) and requests (workload); calibrates the model.")
 @click.option("--measured-gpu", help="The GPU the --results sweep ran on, to predict another --gpu (default: --gpu).")
 @click.option("--measured-tp", type=click.IntRange(1), help="The sweep's tensor-parallel size (default: --tp).")
-@click.option("--slo", help="P99 SLOs, e.g. ttft=500ms,tpot=50ms[,e2el=3s] (default: MLPerf 2 s / 100 ms).")
-@click.option("--attainment", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0),
-              help="Share of requests that must meet the SLO (0.9 = the SLOs are P90s).")
-@click.option("--gpu", default="H100-SXM", show_default=True, help="Catalog GPU (aliases and any case accepted).")
+@cli_options.add(cli_options.SLO_FLAGS)
+@click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False), help="JSON describing another GPU.")
-@click.option("--model", default="llama-3.1-8b", show_default=True, help="Catalog model or a config.json path.")
+@click.option("--model", help="Catalog model or a config.json path (default llama-3.1-8b without --results; with "
+                               "them, the served checkpoint's config.json when it is on this machine).")
 @click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4"]),
               help="Default: the measured engine's quantization (from --results), else bf16.")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]),
@@ -39,16 +40,7 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
 @click.option("--block-size", type=click.IntRange(1))
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None)
 @click.option("--prefix-caching/--no-prefix-caching", default=None)
-@click.option("--dataset", type=click.Choice(["sharegpt", "random", "synthetic", "jsonl"]), default="sharegpt",
-              show_default=True, help="Workload, as `llmbench run` defines it (ignored with --results).")
-@click.option("--dataset-path", help="ShareGPT JSON or your JSONL trace.")
-@click.option("--scenario", help="Bundled scenario name or YAML path: its dataset and SLO (flags given here win).")
-@click.option("--input-len", type=click.IntRange(1), help="Fixed input tokens (the random dataset).")
-@click.option("--output-len", type=click.IntRange(1), help="Fixed output tokens.")
-@click.option("--range-ratio", type=click.FloatRange(0, 1, max_open=True), help="random: lengths uniform in L(1±r).")
-@click.option("--num-prompts", default=1000, show_default=True, type=click.IntRange(1), help="Requests sampled.")
-@click.option("--tokenizer", help="Local tokenizer folder to count tokens (default: the bundled one).")
-@click.option("--seed", default=0, show_default=True)
+@cli_options.add(cli_options.WORKLOAD)
 @click.option("--burst-headroom", default=0.2, show_default=True, type=click.FloatRange(0))
 @click.option("--spares", default=1, show_default=True, type=click.IntRange(0), help="N+1 spare replicas.")
 @click.option("--gpus-per-replica", "--tp", type=click.IntRange(1), help="Default: smallest TP that fits.")
@@ -80,9 +72,13 @@ def plan_command(ctx: click.Context, **o) -> None:
             loaded = scenario.to_options(scenario.load(o["scenario"]))
         except ScenarioError as err:
             raise click.UsageError(str(err)) from None
-        if ctx.get_parameter_source("dataset") == click.core.ParameterSource.DEFAULT and "dataset" in loaded:
+        if o["dataset"] is None and "dataset" in loaded:
             o["dataset"], scenario_options = loaded["dataset"], loaded["dataset_options"]
         o["slo"] = o["slo"] or loaded.get("slo")
+    cli_options.check_tokenizer(o["tokenizer"])
+    if o["results"] is None:
+        o["dataset"] = cli_options.dataset_choice(o)
+        dataset_opts = cli_options.dataset_options(o, scenario_options)
     results = Path(o["results"]) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
@@ -92,9 +88,9 @@ def plan_command(ctx: click.Context, **o) -> None:
     if o["prefix_caching"] is not None:
         knobs["prefix_caching"] = o["prefix_caching"]
     try:
-        slo = parse_slo(o["slo"], o["attainment"])
+        slo = parse_slo(o["slo"] or list(o["goodput"] or ()), o["attainment"])
         check_names(o)
-        work = None if results else workload(o, scenario_options)
+        work = None if results else workload(o, dataset_opts)
         request = PlanRequest(
             slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
@@ -119,8 +115,9 @@ def check_names(o: dict) -> None:
     from llmbench.plan.planner import PlanError
 
     try:
-        models.model(o["model"])
-        if not o["gpu_spec"]:
+        if o["model"]:
+            models.model(o["model"])
+        if o["gpu"] and not o["gpu_spec"]:
             gpus.gpu(o["gpu"])
         if o["measured_gpu"]:
             gpus.gpu(o["measured_gpu"])
@@ -128,24 +125,11 @@ def check_names(o: dict) -> None:
         raise PlanError(str(err.args[0])) from None
 
 
-def workload(o: dict, chosen: dict | None = None):
-    """The workload as `llmbench run` builds it; --input-len alone means fixed lengths (vLLM's random)."""
+def workload(o: dict, options: dict):
+    """The workload as `llmbench run` builds it, from the same flags (`llmbench.cli_options`)."""
     from llmbench.plan.workload import from_dataset
 
-    name = o["dataset"]
-    if o["input_len"] is not None and name == "sharegpt":
-        name = "random"
-    options = dict(chosen or {})
-    if name == "random":
-        options |= {key: o[key] for key in ("input_len", "output_len", "range_ratio") if o[key] is not None}
-    else:
-        if o["input_len"] is not None or o["range_ratio"] is not None:
-            raise click.UsageError(f"--input-len and --range-ratio apply to the random dataset, not {name}")
-        if o["output_len"] is not None:
-            options["output_len"] = o["output_len"]
-    if o["dataset_path"]:
-        options["path"] = o["dataset_path"]
-    return from_dataset(name, options, o["num_prompts"], o["tokenizer"], o["seed"])
+    return from_dataset(o["dataset"], options, o["num_prompts"] or 1000, o["tokenizer"], o["seed"])
 
 
 @plan_command.command("validate")
@@ -209,6 +193,12 @@ def print_plan(plan: dict) -> None:
                       f"${cost['usd_per_gpu_hour']:.2f}/GPU-hour ({cost['price_source']}){extra}")
     elif cost.get("note"):
         console.print(f"cost: {cost['note']}")
+    if plan.get("question") == "qps":
+        per = (plan.get("measured") or plan.get("simulated") or {}).get("per_replica_rate")
+        console.print(f"sizing: {plan['qps']:g} QPS x (1 + {plan['burst_headroom']:.0%} burst headroom)"
+                      + (f" / {per:.3g} req/s per replica" if per else "")
+                      + f", rounded up, + {plan['spares']} spare replica(s) (--burst-headroom, --spares)",
+                      highlight=False)
     table = Table(title=f"why — {plan['slo_text']}")
     for col in ("figure", "value", "band", "label"):
         table.add_column(col, justify="right" if col in ("value", "band") else "left")

@@ -8,65 +8,47 @@ Exit codes: 0 measured; 1 nothing could be measured (target unreachable, bad dat
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from llmbench import arrivals, datasets, results
+from llmbench import arrivals, cli_options, datasets, results
 from llmbench.scenario import ScenarioError
 from llmbench.slo import SLOError, parse_slo
 from llmbench.sweep import SweepOutcome, SweepPlan, Workload, run_sweep
 from llmbench.target import TargetError
 
-DATASET_FLAGS = {
-    # CLI option -> (datasets it applies to, builder keyword)
-    "dataset_path": (("sharegpt", "multi-turn", "jsonl"), "path"),
-    "output_len": (("sharegpt", "multi-turn"), "output_len"),
-    "random_input_len": (("random",), "input_len"),
-    "random_output_len": (("random",), "output_len"),
-    "random_range_ratio": (("random",), "range_ratio"),
-    "input_mean": (("synthetic",), "input_mean"),
-    "output_mean": (("synthetic",), "output_mean"),
-    "max_turns": (("multi-turn",), "max_turns"),
-}
 OPTIONS = [
-    click.option("--base-url", help="OpenAI-compatible server; omitted: start the bundled engine."),
+    click.option("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000; omitted: start the "
+                                    "bundled engine."),
     click.option("--model", help="Model name to request (default: the first listed by /v1/models)."),
-    click.option("--tokenizer", help="Local tokenizer folder (default: the served model's, if local)."),
     click.option("--backend", type=click.Choice(["openai", "openai-chat"]), default="openai", show_default=True),
-    click.option("--dataset", type=click.Choice(datasets.NAMES), default="sharegpt", show_default=True),
-    click.option("--dataset-path", help="ShareGPT JSON/JSONL or your own JSONL (jsonl dataset)."),
-    click.option("--num-prompts", type=click.IntRange(1), help="Requests per rate."),
-    click.option("--duration", type=click.FloatRange(0, min_open=True), help="Seconds of arrivals per rate."),
+    *cli_options.WORKLOAD,
+    click.option("--duration", type=click.FloatRange(0, min_open=True),
+                 help="Seconds of arrivals per rate (sweep default: 10x the P50 E2E measured first, 15-180 s)."),
     click.option("--burstiness", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
                  help="Gamma shape: 1 = Poisson, <1 burstier, 'inf' = constant gaps."),
     click.option("--constant", is_flag=True, help="Constant gaps (burstiness inf)."),
     click.option("--max-concurrency", type=click.IntRange(1), help="Cap on requests in flight."),
     click.option("--warmup", type=click.IntRange(0), default=0, show_default=True,
                  help="Warm-up requests before the measured ones (excluded)."),
-    click.option("--seed", default=0, show_default=True),
-    click.option("--output-len", type=click.IntRange(1), help="Fixed output length (sharegpt, multi-turn)."),
-    click.option("--random-input-len", type=click.IntRange(1), help="random: mean input tokens (1024)."),
-    click.option("--random-output-len", type=click.IntRange(1), help="random: mean output tokens (128)."),
-    click.option("--random-range-ratio", type=float, help="random: lengths uniform in L(1±r)."),
-    click.option("--input-mean", type=float, help="synthetic: mean input tokens."),
-    click.option("--output-mean", type=float, help="synthetic: mean output tokens."),
-    click.option("--max-turns", type=click.IntRange(1), help="multi-turn: user turns per conversation."),
     click.option("--think-time", type=click.FloatRange(0), default=0.0, help="multi-turn: seconds between turns."),
     click.option("--ignore-eos/--no-ignore-eos", default=None, help="Send ignore_eos (forced on for random)."),
     click.option("--temperature", type=click.FloatRange(0), help="Sampling temperature to send."),
-    click.option("--slo", help="P99 SLOs for goodput and the answer, e.g. ttft=500ms,tpot=50ms[,e2el=3s] "
-                               "(default: MLPerf's server scenario, TTFT 2 s and TPOT 100 ms)."),
-    click.option("--goodput", multiple=True, help="vLLM's spelling of --slo, in ms: --goodput ttft:500 tpot:50."),
+    *cli_options.SLO_FLAGS,
     click.option("--percentiles", default="50,90,95,99", show_default=True),
-    click.option("--request-timeout", default=600.0, show_default=True),
+    click.option("--request-timeout", default=600.0, show_default=True, help="Seconds a request may take in all."),
+    click.option("--read-timeout", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True),
+                 help="Seconds a stream may send nothing before the request fails as stalled."),
     click.option("--max-failure-rate", default=0.05, show_default=True, type=click.FloatRange(0, 1),
                  help="More failed requests than this fraction ends the sweep and exits 3."),
     click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token for the target."),
-    click.option("--scenario", help="Bundled scenario name or YAML path (flags given here win)."),
     click.option("--out", type=click.Path(file_okay=False), help="Results folder (default: results/<time>)."),
+    click.option("--overwrite", is_flag=True,
+                 help="Replace the results of the rates this run measures when --out already has them."),
     click.option("--no-progress", is_flag=True, help="No live progress display."),
     click.option("--keep-prefix-cache", is_flag=True,
                  help="Do not ask the server to drop its prefix cache before each rate (POST /reset_prefix_cache)."),
@@ -105,16 +87,6 @@ def _with_scenario(ctx: click.Context, opts: dict) -> tuple[dict, dict, dict]:
     return merged, loaded["dataset_options"], loaded["engine_flags"]
 
 
-def _dataset_options(opts: dict, chosen: dict) -> dict:
-    chosen = dict(chosen)
-    for flag, (names, keyword) in DATASET_FLAGS.items():
-        if opts.get(flag) is not None:
-            if opts["dataset"] not in names:
-                raise click.UsageError(f"--{flag.replace('_', '-')} does not apply to the {opts['dataset']} dataset")
-            chosen[keyword] = opts[flag]
-    return chosen
-
-
 def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
     """Every flag parsed once: rates, workload, target, SLO, transport."""
     rate = opts["rate"]
@@ -124,24 +96,39 @@ def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--rate") from None
     try:
-        slo = parse_slo(opts.get("slo") or list(opts.get("goodput") or ()))
+        slo = parse_slo(opts.get("slo") or list(opts.get("goodput") or ()), opts["attainment"])
+    except SLOError as err:
+        raise click.BadParameter(str(err), param_hint="--slo") from None
+    try:
         percentiles = tuple(float(p) for p in str(opts["percentiles"]).split(",") if p)
-    except (SLOError, ValueError) as err:
-        raise click.BadParameter(str(err)) from None
+    except ValueError:
+        raise click.BadParameter(f"{opts['percentiles']!r}: use numbers, e.g. 50,90,99",
+                                 param_hint="--percentiles") from None
+    opts["dataset"] = cli_options.dataset_choice(opts)
+    options = cli_options.dataset_options(opts, scenario_dataset)
+    cli_options.check_tokenizer(opts["tokenizer"])
+    opts["base_url"], tidied = cli_options.base_url(opts["base_url"])
     num_prompts, duration = opts["num_prompts"], opts["duration"]
-    if num_prompts is None and duration is None and not single:
-        duration = 15.0
+    auto_window = num_prompts is None and duration is None and not single  # the sweep sizes its windows
     ignore_eos = opts["ignore_eos"] if opts["ignore_eos"] is not None else opts["dataset"] == "random"
-    workload = Workload(opts["dataset"], _dataset_options(opts, scenario_dataset), num_prompts, duration,
+    workload = Workload(opts["dataset"], options, num_prompts, duration,
                         opts["seed"], ignore_eos, opts["temperature"], opts["backend"], opts["think_time"])
     out = Path(opts["out"] or f"results/{time.strftime('%Y%m%d-%H%M%S')}")
+    cli_options.check_out(out)
+    labels = [results.label_for(r, opts["max_concurrency"], opts["users"]) for r in rates]
+    taken = results.existing_labels(out, labels)
+    if taken and not opts["overwrite"]:
+        raise click.BadParameter(f"{out} already has results for {', '.join(taken)}: choose another --out, or "
+                                 "--overwrite to replace them", param_hint="--out")
     return SweepPlan(
         rates=rates, out=out, workload=workload, base_url=opts["base_url"], model=opts["model"],
         tokenizer=opts["tokenizer"], api_key=opts["api_key"], engine_flags=engine_flags,
         burstiness=math.inf if opts["constant"] else float(opts["burstiness"]), max_concurrency=opts["max_concurrency"],
-        warmup=opts["warmup"], request_timeout=opts["request_timeout"], percentiles=percentiles, slo=slo,
+        warmup=opts["warmup"], request_timeout=opts["request_timeout"], read_timeout=opts["read_timeout"],
+        percentiles=percentiles, slo=slo,
         transport=opts["engine"], workers=opts["workers"], users=opts["users"], stop_when_saturated=not single,
-        max_failure_rate=opts["max_failure_rate"], reset_prefix_cache=not opts["keep_prefix_cache"], args=opts)
+        max_failure_rate=opts["max_failure_rate"], reset_prefix_cache=not opts["keep_prefix_cache"],
+        auto_window=auto_window, notes=[tidied] if tidied else [], overwrite=opts["overwrite"], args=opts)
 
 
 def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:
@@ -149,8 +136,12 @@ def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:
     from llmbench.live import LiveView
 
     view = LiveView(live=progress)
+    # SIGTERM (a CI job cancelled, `kill`) stops the run the way Ctrl-C does: what was measured is written
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     try:
         outcome = run_sweep(plan, view)
+    except results.FolderBusy as err:
+        raise click.UsageError(str(err)) from None
     except (TargetError, datasets.DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None
     except KeyboardInterrupt:
@@ -159,8 +150,8 @@ def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:
     finally:
         view.close()
     if outcome.rows and all(r["completed"] == 0 for r in outcome.rows) and not outcome.interrupted:
-        errors = outcome.rows[-1].get("errors")
-        raise click.ClickException(f"nothing could be measured: every request failed ({errors}); see {plan.out}")
+        why = outcome.rows[-1].get("failure_summary") or "no request succeeded"
+        raise click.ClickException(f"nothing could be measured: every request failed ({why}); see {plan.out}")
     return outcome
 
 
@@ -185,6 +176,7 @@ def finish(plan: SweepPlan, outcome: SweepOutcome, report: bool) -> None:
         except ImportError as err:  # a machine with only the load generator's packages still gets its answer
             console.print(f"report not written: {err}")
     console.print(f"results: {plan.out}")
-    console.print(answer_line(outcome.capacity, plan.slo), highlight=False)
+    console.print(answer_line(outcome.capacity, plan.slo, outcome.target_down_at), highlight=False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # held since the first Ctrl-C: all is written now
     if outcome.exit_code:
         sys.exit(outcome.exit_code)

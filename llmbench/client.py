@@ -13,11 +13,18 @@ from llmbench.records import RequestRecord
 BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 
 
-def make_session(max_connections: int = 0, timeout: float = 600.0) -> aiohttp.ClientSession:
-    """One session per process: a sized pool, long keep-alive, a large read buffer (vllm#39963)."""
+def make_session(max_connections: int = 0, timeout: float = 600.0,
+                 read_timeout: float | None = None) -> aiohttp.ClientSession:
+    """One session per process: a sized pool, long keep-alive, a large read buffer (vllm#39963); a stream
+    that sends nothing for `read_timeout` seconds fails as stalled rather than waiting out `timeout`."""
     connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=60, force_close=False)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout),
+    return aiohttp.ClientSession(connector=connector,
+                                 timeout=aiohttp.ClientTimeout(total=timeout, sock_read=read_timeout),
                                  read_bufsize=2**20)
+
+
+class BadChunk(ValueError):
+    """A stream chunk that is not what the OpenAI protocol sends: that request fails with it, the run goes on."""
 
 
 def payload(backend: str, model: str, req: Request, ignore_eos: bool, temperature: float | None,
@@ -57,31 +64,51 @@ class StreamParser:
         data = line[5:].strip()
         if data == b"[DONE]":
             return True
-        chunk = json.loads(data)
+        try:
+            chunk = json.loads(data)
+        except ValueError:  # not JSON, or not UTF-8
+            raise BadChunk(f"a chunk that is not JSON: {data[:60]!r}") from None
+        if not isinstance(chunk, dict):
+            raise BadChunk(f"a chunk that is not a JSON object: {data[:60]!r}")
         if "error" in chunk:
             self.record.error = error_text(json.dumps(chunk), self.record.status or 200)
             return True
-        usage = chunk.get("usage")
-        if chunk.get("choices"):
+        usage, choices = chunk.get("usage"), chunk.get("choices")
+        if usage is not None and not isinstance(usage, dict):
+            raise BadChunk(f"'usage' is a {type(usage).__name__}, not an object")
+        if choices is not None and not isinstance(choices, list):
+            raise BadChunk(f"'choices' is a {type(choices).__name__}, not a list")
+        done = _count(usage, "completion_tokens")
+        if choices:
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                raise BadChunk(f"a choice that is a {type(choice).__name__}, not an object")
+            holder = (choice.get("delta") or {}) if self.chat else choice
+            text = holder.get("content") if self.chat else holder.get("text")
+            if text is not None and not isinstance(text, str):
+                raise BadChunk(f"text that is a {type(text).__name__}, not a string")
             self.record.chunk_times.append(now)
-            choice = chunk["choices"][0]
-            text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
             if text:
                 self.pieces.append(text)
-            if usage:
-                done = usage.get("completion_tokens") or 0
+            if done is not None:
                 self.record.chunk_tokens.append(done - self.last_usage)
                 self.last_usage = done
             else:
                 self.record.chunk_tokens.append(None)
         if usage:
-            self.record.output_tokens = usage.get("completion_tokens")
-            if usage.get("prompt_tokens"):
+            self.record.output_tokens = done
+            if _count(usage, "prompt_tokens"):
                 self.record.prompt_len = usage["prompt_tokens"]
         return False
 
     def finish(self, now: float) -> str:
         record = self.record
+        if record.output_tokens is not None and (record.output_tokens < len(record.chunk_times) or any(
+                n is not None and n < 0 for n in record.chunk_tokens)):
+            # every chunk with choices carries a token: fewer tokens than chunks, or a count that went back, is
+            # a server's miscount; the chunks are counted instead
+            record.usage_ignored, record.output_tokens = True, None
+            record.chunk_tokens = [None] * len(record.chunk_times)
         if record.chunk_times and not record.error:
             record.success = True
         elif not record.error:
@@ -108,9 +135,19 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, record: Req
                 async for raw in resp.content:
                     if parser.feed(raw, time.perf_counter() - t0):
                         break
-    except (aiohttp.ClientError, TimeoutError, ConnectionError, json.JSONDecodeError) as err:
+    except aiohttp.ServerTimeoutError:
+        record.error = "stalled: no data within --read-timeout"
+    except BadChunk as err:
+        record.error = f"bad chunk: {err}"
+    except Exception as err:  # whatever a server sends fails this request, never the run (not CancelledError)
         record.error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     return parser.finish(time.perf_counter() - t0)
+
+
+def _count(usage: dict | None, key: str) -> int | None:
+    """A token count from usage, or None when it is missing or not a count."""
+    value = (usage or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def error_text(body: str, status: int) -> str:

@@ -169,8 +169,10 @@ class Check:
     change: float | None  # relative, signed so that positive is worse
     tolerance: float
     ci: tuple[float, float] | None  # bootstrap interval of the relative change (worse = positive)
-    verdict: str  # pass | regression | missing
+    verdict: str  # pass | regression | inconclusive | missing
     method: str  # bootstrap | threshold-only
+    detectable: float | None = None  # the smallest regression these run sizes could call significant
+    needed: int | None = None  # requests per run that would detect the tolerance, when it is not detectable now
 
 
 def statistic(name: str, samples: dict[str, np.ndarray], duration: float | None, idx=None) -> float | None:
@@ -223,17 +225,37 @@ def compare_one(label: str, name: str, base: Run, cur: Run, tolerance: float, co
     low, high = float(np.quantile(changes, alpha)), float(np.quantile(changes, 1 - alpha))
     # worse beyond tolerance by the point estimate, and worse at all with the chosen confidence
     verdict = "regression" if change > tolerance and low > 0 else "pass"
-    return Check(label, name, b, c, change, tolerance, (low, high), verdict, "bootstrap")
+    # a true regression of d moves the interval up by d: it is significant once d exceeds the lower margin
+    detectable = max(float(np.median(changes)) - low, 0.0)
+    needed = None
+    if verdict == "pass" and detectable > tolerance:
+        verdict = "inconclusive"
+        n = min(bs.size, cs.size)  # the margin shrinks as 1/sqrt(requests)
+        needed = int(math.ceil(n * (detectable / tolerance) ** 2)) if tolerance > 0 else None
+    return Check(label, name, b, c, change, tolerance, (low, high), verdict, "bootstrap", detectable, needed)
+
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE, EXIT_INCONCLUSIVE = 0, 1, 2, 4
 
 
 @dataclass
 class GateResult:
+    """Exit 1 on any regression; else 4 when some metric could not have detected a regression of its tolerance
+    at these run sizes (unless inconclusive checks are allowed to pass); else 0."""
+
     checks: list[Check]
     warnings: list[str]
+    allow_inconclusive: bool = False
+
+    @property
+    def inconclusive(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == "inconclusive"]
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(c.verdict == "regression" for c in self.checks) else 0
+        if any(c.verdict == "regression" for c in self.checks):
+            return EXIT_REGRESSION
+        return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else EXIT_PASS
 
 
 def compare(baseline: dict[str, Run], current: dict[str, Run], tolerances: dict[str, float],
@@ -268,13 +290,21 @@ def _pct(x: float | None) -> str:
 
 
 def markdown(result: GateResult, title: str = "llmbench gate") -> str:
-    status = "❌ regression" if result.exit_code else "✅ pass"
+    code = result.exit_code
+    status = {EXIT_REGRESSION: "❌ regression", EXIT_INCONCLUSIVE: "⚠️ inconclusive"}.get(
+        code, "✅ pass" if not result.inconclusive else "✅ pass (some metrics inconclusive)")
     lines = [f"## {title}: {status}", "", "| run | metric | baseline | current | change (+ = worse) | "
-             "tolerance | CI of change | verdict |", "|---|---|---|---|---|---|---|---|"]
+             "tolerance | CI of change | smallest detectable | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for c in result.checks:
         ci = f"[{_pct(c.ci[0])}, {_pct(c.ci[1])}]" if c.ci else c.method
+        detect = f"{c.detectable * 100:.1f}%" if c.detectable is not None else "–"
+        verdict = c.verdict + (f" (~{c.needed:,} requests per run would detect {c.tolerance:.0%})" if c.needed else "")
         lines.append(f"| {c.label} | {c.metric} | {_num(c.baseline)} | {_num(c.current)} | {_pct(c.change)} | "
-                     f"{c.tolerance * 100:.0f}% | {ci} | {c.verdict} |")
+                     f"{c.tolerance * 100:.0f}% | {ci} | {detect} | {verdict} |")
+    if result.inconclusive:
+        lines += ["", f"Inconclusive: at these run sizes a regression as large as the tolerance would not be "
+                  f"significant for {', '.join(sorted({c.metric for c in result.inconclusive}))}; measure more "
+                  "requests, widen the tolerance, or pass --allow-inconclusive."]
     if result.warnings:
         lines += ["", *[f"- ⚠️ {w}" for w in result.warnings]]
     return "\n".join(lines) + "\n"
@@ -288,7 +318,7 @@ def junit(result: GateResult) -> str:
     from xml.sax.saxutils import quoteattr
 
     failures = sum(c.verdict == "regression" for c in result.checks)
-    skipped = sum(c.verdict == "missing" for c in result.checks)
+    skipped = sum(c.verdict in ("missing", "inconclusive") for c in result.checks)
     cases = []
     for c in result.checks:
         name = quoteattr(f"{c.label}.{c.metric}")
@@ -297,6 +327,8 @@ def junit(result: GateResult) -> str:
             body = f"<failure message={quoteattr(f'{c.metric} worse by {_pct(c.change)} (tolerance {c.tolerance:.0%})')}/>"
         elif c.verdict == "missing":
             body = "<skipped message=\"metric missing\"/>"
+        elif c.verdict == "inconclusive":
+            body = f"<skipped message={quoteattr(f'inconclusive: detects {c.detectable:.0%}, not {c.tolerance:.0%}')}/>"
         cases.append(f"  <testcase classname=\"llmbench.gate\" name={name}>{body}</testcase>")
     return (f"<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<testsuite name=\"llmbench-gate\" "
             f"tests=\"{len(result.checks)}\" failures=\"{failures}\" skipped=\"{skipped}\">\n"

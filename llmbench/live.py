@@ -47,7 +47,7 @@ class LiveView(View):
         self.console = console or terminal()
         self.live = live and self.console.is_terminal
         self.bars = Progress(TextColumn("{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+                             TimeElapsedColumn(), RateETAColumn())
         self.status = Text("")
         self.display: Live | None = None
         self.sweep_task = self.rate_task = None
@@ -66,12 +66,13 @@ class LiveView(View):
         if not self.live:
             return
         if self.display is None:
-            self.sweep_task = self.bars.add_task("rates", total=count)
+            self.sweep_task = self.bars.add_task("rates", total=count, eta=False)
             self.display = Live(Group(self.bars, self.status), console=self.console, refresh_per_second=4,
                                 transient=True)
             self.display.start()
-        self.bars.update(self.sweep_task, completed=index, description=f"rate {index + 1} of {count}")
-        self.rate_task = self.bars.add_task(f"{rate:g} req/s done", total=requests)
+        # a sweep stops once saturated: how many rates it will run is not known, so its bar has no ETA
+        self.bars.update(self.sweep_task, completed=index, description=f"rate {index + 1} of up to {count}")
+        self.rate_task = self.bars.add_task(f"{rate:g} req/s done", total=requests, eta=True)
         self.tokens_at, self.tok_rate = (0.0, 0), 0.0
         self.status.plain = ""
 
@@ -99,16 +100,30 @@ class LiveView(View):
             self.display = None
 
 
+class RateETAColumn(TimeRemainingColumn):
+    """The time left of the rate being measured; none for the sweep as a whole."""
+
+    def render(self, task):
+        return super().render(task) if task.fields.get("eta") else Text("")
+
+
 def row_line(row: dict) -> str:
-    notes = "; ".join(row.get("notes") or [])
+    notes = "; ".join((row.get("notes") or []) + ([f"failures: {row['failure_summary']}"]
+                                                 if row.get("failure_summary") else []))
     rate = row["request_rate"]
     attained = row.get("slo_attainment")
     slo = f", SLO met by {attained:.1%}" if attained is not None else ""
     return (f"[{row['label']}] {rate if rate == 'inf' else format(rate, 'g')} req/s offered: completed "
-            f"{row['completed']}, failed {row['failed']}, sent {row['achieved_rate']:.2f}/s, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
+            f"{row['completed']}, failed {row['failed']}, {_sent(row)}, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
             f"{row['p99_ttft_ms']:.0f} ms, TPOT P50/P99 {row['median_tpot_ms']:.1f}/{row['p99_tpot_ms']:.1f} ms{slo}"
             + (f" — {notes}" if notes else ""))
+
+
+def _sent(row: dict) -> str:
+    if row["request_rate"] == "inf":
+        return "sent all at once" if not row.get("max_concurrency") else f"sent as {row['max_concurrency']} slots freed"
+    return f"sent {row['achieved_rate']:.2f}/s"
 
 
 def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) -> Table:
@@ -118,7 +133,8 @@ def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) ->
     for row in rows:
         rate = row["request_rate"]
         mark = " *" if knee is not None and rate == knee else ""
-        verdict = "saturated" if row.get("saturated") else "interrupted" if row.get("interrupted") else ""
+        verdict = ("target down" if row.get("target_down") else "saturated" if row.get("saturated") else
+                   "interrupted" if row.get("interrupted") else "window short" if row.get("window_short") else "")
         cells.append([f"{rate:g}{mark}" if isinstance(rate, int | float) else str(rate),
                       fmt_cell(row.get("kept_up"), "{:.0%}"),
                       fmt_cell(row.get("output_throughput"), "{:,.0f}"),
@@ -144,7 +160,14 @@ def fmt_cell(value, fmt: str | None) -> str:
     return fmt.format(value) if fmt else str(value)
 
 
-def answer_line(cap: Capacity | None, slo: SLO) -> str:
+def answer_line(cap: Capacity | None, slo: SLO, target_down_at: float | None = None) -> str:
+    """The answer; after a target that stopped answering, only from the rates measured before it, and never
+    advice to sweep lower rates when the server, not the load, ended the sweep."""
+    if target_down_at is not None:
+        died = f"the target stopped answering at {target_down_at:g} req/s (that rate is not counted)"
+        if cap is None or cap.rate is None:
+            return f"{died}; no earlier rate met the SLO ({slo.describe()}): check the server, then sweep again"
+        return f"{died}; before it: {cap.sentence(slo)}"
     if cap is None:
         return "no finite rate was measured, so there is no per-replica answer (run `llmbench sweep --rate a..b`)"
     return cap.sentence(slo)

@@ -14,7 +14,8 @@ import numpy as np
 
 from llmbench.records import RequestRecord
 
-SEND_LAG_LIMIT_MS = 10.0  # P99 send lag above this: the client, not the server, set the pace
+SEND_LAG_LIMIT_MS = 10.0  # P90 send lag under this never shapes a result
+SEND_LAG_TTFT_SHARE = 0.25  # ... above it, it does once it is this share of the P50 TTFT measured
 ACHIEVED_RATE_FLOOR = 0.95
 
 
@@ -72,7 +73,8 @@ def compute(records: list[RequestRecord], duration: float | None = None,
             requested_rate: float | None = None) -> dict:
     """The result dict: vLLM `--save-result` keys plus llmbench extras. `goodput`: SLO bounds in ms by key
     (ttft, tpot, e2el), as `SLO.bounds` gives them; `slo_attainment` is the fraction of requests within all."""
-    measured = [r for r in records if not r.warmup]
+    cut = [r for r in records if not r.warmup and r.interrupted]
+    measured = [r for r in records if not r.warmup and not r.interrupted]
     ok = [r for r in measured if r.success]
     if duration is None:
         duration = (max((r.end for r in measured), default=0) - min((r.start for r in measured), default=0)) or 1e-9
@@ -88,6 +90,7 @@ def compute(records: list[RequestRecord], duration: float | None = None,
         "completed": len(ok),
         "failed": len(measured) - len(ok),
         "num_prompts": len(measured),
+        "interrupted_requests": len(cut),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": len(ok) / duration,
@@ -106,21 +109,64 @@ def compute(records: list[RequestRecord], duration: float | None = None,
         result |= stats_ms(values, name, percentiles)
     result |= client_health(measured, percentiles, requested_rate)
     result |= backlog(measured)
-    result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in measured if not r.success))
+    failed = [r for r in measured if not r.success]
+    result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in failed))
+    result["failure_summary"] = failure_summary(failed) if failed else None
     return result
 
 
-def backlog(measured: list[RequestRecord]) -> dict[str, float | None]:
+def failure_cause(error: str) -> str:
+    """A failed request's cause in words: 'HTTP 500' is the server's status, 'HTTP 200' an error sent inside
+    a stream that had started well, the rest what the connection did."""
+    head = error.split(":")[0].strip()
+    if head == "HTTP 200":
+        return "an error inside the stream"
+    if head.startswith("HTTP "):
+        return f"HTTP {head[5:]} from the server"
+    words = {"ClientConnectorError": "could not connect", "ServerDisconnectedError": "the server closed the connection",
+             "TimeoutError": "timed out", "ClientPayloadError": "a broken response body",
+             "Never received a valid chunk to calculate TTFT.": "no token in the response",
+             "bad chunk": "a malformed stream chunk", "stalled": "a stream that stalled (--read-timeout)",
+             "interrupted": "interrupted"}
+    return words.get(head, head or "unknown")
+
+
+def failure_summary(failed: list[RequestRecord], quotes: int = 2) -> str:
+    """`3 HTTP 500 from the server, 10 could not connect; the server said: "..."` — causes with counts,
+    most frequent first, then the first distinct messages the server sent."""
+    causes = Counter(failure_cause(r.error) for r in failed)
+    text = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
+    said: list[str] = []
+    for r in failed:
+        head, _, message = r.error.partition(":")
+        message = message.strip()
+        if head.startswith("HTTP ") and message and message not in said:
+            said.append(message[:200])
+        if len(said) == quotes:
+            break
+    return text + ("; the server said: " + " | ".join(f'"{m}"' for m in said) if said else "")
+
+
+RAMP_QUANTILE = 90  # the ramp lasts about as long as the early arrivals' P90 E2E
+WINDOW_E2E_MULTIPLE = 10  # a window this many P50 E2Es long leaves the ramp a tenth of it
+
+
+def backlog(measured: list[RequestRecord]) -> dict[str, float | bool | None]:
     """Whether the server kept up while requests arrived, from what the client saw.
 
-    After the ramp-up (the first third of the arrival window) a server under capacity completes requests as
-    fast as they arrive, so the number in flight stays level; one past it lets them pile up. A straight line
-    fitted to the number in flight over the rest of the window gives both figures: `kept_up`, completions per
-    arrival (1 - the line's slope / the arrival rate), and `in_flight_growth`, the line's end over its start.
-    `latency_growth`: latency per output token (E2E / tokens, so lengths add no noise) of the last third's
-    arrivals over the middle third's. `window_note`: set when requests take so long that the window cannot
-    tell (a longer --duration can)."""
-    out: dict[str, float | None] = {"kept_up": None, "latency_growth": None, "in_flight_growth": None}
+    A server that keeps up holds about rate x latency requests in flight (Little's law), a level it reaches
+    once its first arrivals start finishing: the ramp, taken as the P90 E2E of the first third's arrivals.
+    One past capacity keeps piling them up. A straight line fitted to the number in flight after the ramp
+    (and never over less than the window's last half) gives `kept_up`, completions per arrival (1 - the
+    line's slope / the arrival rate), `in_flight_growth`, the line's end over its start, and
+    `in_flight_rise_sigma`, that rise over the noise of a count of requests in flight (Poisson: the square root
+    of its mean), so a few requests bunching at the end of a short run are not taken for a backlog.
+    `latency_growth`: latency per output token (E2E / tokens, so lengths add no noise) of the later half of
+    those arrivals over the earlier half's (of the window's last third over its first when the window is
+    short). `window_short`: the ramp took more than half the window, so a
+    rising in-flight count may be the ramp itself; `window_note` then says how long a window can tell."""
+    out: dict[str, float | bool | None] = {"kept_up": None, "latency_growth": None, "in_flight_growth": None,
+                                           "in_flight_rise_sigma": None, "ramp_s": None, "window_short": None}
     done = [r for r in measured if r.success and r.end > r.start and output_tokens(r)]
     if len(done) < 30:
         return out
@@ -130,23 +176,38 @@ def backlog(measured: list[RequestRecord]) -> dict[str, float | None]:
     span = last - first
     if span <= 0:
         return out
-    cut1, cut2 = first + span / 3, first + 2 * span / 3
-    grid = np.linspace(cut1, last, 40)
+    e2e = ends - starts
+    ramp = float(np.percentile(e2e[starts <= first + span / 3], RAMP_QUANTILE))
+    out["ramp_s"] = ramp
+    out["window_short"] = ramp > span / 2
+    cut = first + min(max(span / 3, ramp), span / 2)
+    grid = np.linspace(cut, last, 40)
     flying = np.array([np.sum((starts <= t) & (ends > t)) for t in grid], dtype=float)
     slope, intercept = np.polyfit(grid, flying, 1)
     arrival_rate = len(done) / span
     out["kept_up"] = float(1.0 - slope / arrival_rate)
-    at_start, at_end = intercept + slope * cut1, intercept + slope * last
+    at_start, at_end = intercept + slope * cut, intercept + slope * last
     out["in_flight_growth"] = float(at_end / max(at_start, 1.0))
-    per_token = (ends - starts) / np.array([output_tokens(r) for r in done], dtype=float)
-    middle, late = per_token[(starts >= cut1) & (starts < cut2)], per_token[starts >= cut2]
-    if len(middle) >= 10 and len(late) >= 10:
-        out["latency_growth"] = float(np.median(late) / max(np.median(middle), 1e-9))
-    median = float(np.median(ends - starts))
-    if median > 2 * span / 3:
-        out["window_note"] = (f"the median request took {median:.1f} s, more than two thirds of the {span:.1f} s "
-                              "arrival window: too short to tell whether the server kept up (raise --duration)")
+    out["in_flight_rise_sigma"] = float((at_end - at_start) / np.sqrt(max(float(flying.mean()), 1.0)))
+    per_token = e2e / np.array([output_tokens(r) for r in done], dtype=float)
+    if out["window_short"]:  # the whole window's first and last thirds: a queue shows even in a short one
+        earlier, later = per_token[starts < first + span / 3], per_token[starts >= first + 2 * span / 3]
+    else:
+        middle = (cut + last) / 2
+        earlier, later = per_token[(starts >= cut) & (starts < middle)], per_token[starts >= middle]
+    if len(earlier) >= 10 and len(later) >= 10:
+        out["latency_growth"] = float(np.median(later) / max(np.median(earlier), 1e-9))
+    if out["window_short"]:
+        median = float(np.median(e2e))
+        out["window_note"] = (f"requests took {median:.1f} s (P50 E2E) against a {span:.1f} s arrival window: "
+                              "too short to tell a ramp from a backlog, so only a latency that grew with "
+                              f"arrival time counts; --duration {window_for(median):.0f} (10x P50 E2E) can tell")
     return out
+
+
+def window_for(median_e2e_s: float) -> float:
+    """Seconds of arrivals that leave the ramp of requests lasting `median_e2e_s` a tenth of the window."""
+    return WINDOW_E2E_MULTIPLE * median_e2e_s
 
 
 def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:
@@ -156,7 +217,9 @@ def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:
 
 def client_health(records: list[RequestRecord], percentiles: tuple[float, ...],
                   requested_rate: float | None) -> dict:
-    """Achieved vs requested rate and send lag: flags a client that could not keep the schedule."""
+    """Achieved vs requested rate and send lag. The client counts as overloaded only where it measurably
+    shaped the result: it sent short of the schedule, or a tenth of its sends were late by a material share
+    of the latencies it measured (one stalled send in a hundred moves neither the offered load nor a P99)."""
     if not records:
         return {"requested_rate": requested_rate, "achieved_rate": 0.0, "client_overloaded": False}
     lags = [r.dispatched - r.scheduled for r in records]
@@ -166,8 +229,15 @@ def client_health(records: list[RequestRecord], percentiles: tuple[float, ...],
     out = {"requested_rate": requested_rate, "achieved_rate": achieved}
     out |= stats_ms(lags, "send_lag", percentiles)
     out |= stats_ms(queue, "client_queue_time", percentiles)
-    p99_lag = float(np.percentile(np.asarray(lags) * 1000, 99))
+    p90_lag = float(np.percentile(np.asarray(lags) * 1000, 90))
+    ttfts = [r.ttft for r in records if r.success and r.ttft is not None]
+    p50_ttft = float(np.median(ttfts)) * 1000 if ttfts else 0.0
     scheduled = requested_rate is not None and math.isfinite(requested_rate)  # at rate inf everything is "late"
     behind = scheduled and len(records) > 10 and achieved < ACHIEVED_RATE_FLOOR * requested_rate
-    out["client_overloaded"] = bool(scheduled and (p99_lag > SEND_LAG_LIMIT_MS or behind))
+    late = p90_lag > max(SEND_LAG_LIMIT_MS, SEND_LAG_TTFT_SHARE * p50_ttft)
+    out["p90_send_lag_ms"] = p90_lag
+    out["client_overloaded"] = bool(scheduled and (behind or late))
+    out["client_overload_reason"] = (f"sent {achieved:.2f} req/s of {requested_rate:g} requested" if behind else
+                                     f"P90 send lag {p90_lag:.1f} ms against a P50 TTFT of {p50_ttft:.0f} ms"
+                                     if late and scheduled else None)
     return out

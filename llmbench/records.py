@@ -30,6 +30,8 @@ class RequestRecord:
     turn: int = 0
     text_len: int = 0
     worker: str | None = None  # Locust worker, for distributed runs
+    usage_ignored: bool = False  # the server's usage contradicted its chunks: tokens counted from chunks
+    interrupted: bool = False  # still in flight when the run was stopped (Ctrl-C, SIGTERM): neither done nor failed
 
     @property
     def ttft(self) -> float | None:

@@ -14,11 +14,14 @@ A label names a load level: `rate-10`, `rate-inf`, `rate-10-c64` (with a concurr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
+import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +95,67 @@ def worker_metas(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.meta.json"))]
 
 
+# -- claiming a folder ----------------------------------------------------------------------------------------
+LOCK = ".llmbench.lock"
+
+
+class FolderBusy(ValueError):
+    """Another run holds the folder, or it already has results for a label this run would write."""
+
+
+def existing_labels(folder: Path | str, labels: list[str]) -> list[str]:
+    """The labels among `labels` that already have a result or records in `folder`."""
+    folder = Path(folder)
+    return [label for label in labels if RunFiles(folder, label).result.exists()
+            or RunFiles(folder, label).records.exists()]
+
+
+def clear_labels(folder: Path | str, labels: list[str]) -> None:
+    """--overwrite: every file of those labels goes, so no old record is counted with the new ones."""
+    for label in labels:
+        files = RunFiles(Path(folder), label)
+        for path in (files.result, files.records, files.server_metrics, files.engine_steps, files.locust_log):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(files.locust_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def claimed(folder: Path | str) -> Iterator[None]:
+    """Hold the folder for one run: a second `llmbench run` into it while this one writes is refused (a
+    lock left by a run that died is taken over)."""
+    folder = Path(folder)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        holder = lock.read_text().strip() or "?"
+        if holder.isdigit() and _alive(int(holder)):
+            raise FolderBusy(f"{folder} is being written by another llmbench run (pid {holder}); "
+                             "choose another --out") from None
+        lock.unlink(missing_ok=True)
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        if created and not any(folder.iterdir()):  # nothing was measured: no empty folder left behind
+            folder.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 # -- writing -----------------------------------------------------------------------------------------------
 def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
@@ -119,9 +183,19 @@ def write_summary(folder: Path, rows: list[dict]) -> Path:
 
 # -- reading -----------------------------------------------------------------------------------------------
 def result_files(folder: Path | str) -> list[Path]:
-    folder = Path(folder)
-    files = [p for p in folder.glob("*.json") if p.name not in NOT_RESULTS]
-    return sorted(files, key=lambda p: (_rate_key(json.loads(p.read_text()).get("request_rate")), p.name))
+    """The folder's per-rate results: JSON files that are one (a gate baseline or any other JSON kept beside
+    them is not)."""
+    found = []
+    for path in Path(folder).glob("*.json"):
+        if path.name in NOT_RESULTS:
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "label" in data and "completed" in data:
+            found.append((_rate_key(data.get("request_rate")), path.name, path))
+    return [path for *_, path in sorted(found)]
 
 
 def _rate_key(rate) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class RunConfig:
     think_time: float = 0.0  # multi-turn: seconds between a reply and the next user turn
     api_key: str | None = None
     scrape: bool = True
+    read_timeout: float | None = 60.0  # seconds a stream may send nothing before it counts as stalled
 
 
 @dataclass
@@ -82,6 +84,7 @@ class Run:
         self.headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
         self.on_progress = on_progress
         self.records: list[RequestRecord] = []
+        self.in_flight: dict[int, RequestRecord] = {}
         self.notes: list[str] = []
         self.writer = RecordWriter(files.records) if files else None
         self.consecutive_conn_failures = 0
@@ -95,7 +98,7 @@ class Run:
     async def execute(self) -> RunResult:
         cfg = self.cfg
         interrupted = False
-        async with client.make_session(cfg.max_concurrency or 0, cfg.request_timeout) as session:
+        async with client.make_session(cfg.max_concurrency or 0, cfg.request_timeout, cfg.read_timeout) as session:
             self.session = session
             await self._open_connections()
             if cfg.warmup:
@@ -104,7 +107,8 @@ class Run:
             scraper = None
             if cfg.scrape:
                 scraper = Scraper(session, cfg.base_url.rstrip("/"), self.files.server_metrics if self.files else None,
-                                  self.t0, steps_out=self.files.engine_steps if self.files else None)
+                                  self.t0, steps_out=self.files.engine_steps if self.files else None,
+                                  headers=self.headers)
                 scraper.start()
             progress = asyncio.create_task(self._progress()) if self.on_progress else None
             tasks = []
@@ -120,10 +124,13 @@ class Run:
                 await asyncio.gather(*tasks)
             except asyncio.CancelledError:  # Ctrl-C: keep what was measured, report it as interrupted
                 interrupted = True
+                hold_interrupts()
             finally:
                 for task in tasks:
                     task.cancel()
                 duration = time.perf_counter() - self.t0
+                if interrupted:
+                    self._record_in_flight(duration)
                 if scraper:
                     await scraper.stop()
                 if progress:
@@ -131,21 +138,25 @@ class Run:
                     self._report()
                 if self.writer:
                     self.writer.close()
-        measured = sum(1 for r in self.records if not r.warmup)
+        measured = sum(1 for r in self.records if not r.warmup and not r.interrupted)
         if self.target_down.is_set():
             self.notes.append(f"the target stopped answering ({DEAD_TARGET_FAILURES} connection failures in a row); "
                               f"the run ended early after {measured} of {len(self.requests)} requests")
         if interrupted:
-            self.notes.append(f"interrupted after {measured} of {len(self.requests)} requests")
+            cut = sum(r.interrupted for r in self.records)
+            self.notes.append(f"interrupted after {measured} of {len(self.requests)} requests"
+                              + (f"; {cut} in flight are recorded as interrupted, with what they measured so far"
+                                 if cut else ""))
         result = metrics.compute(self.records, duration, cfg.percentiles, cfg.goodput, cfg.rate)
         if "window_note" in result:
             self.notes.append(result.pop("window_note"))
         if scraper:
             result |= spec_decode_summary(scraper.points)
+            self.notes += scraper.notes
+        self.notes += _stream_notes([r for r in self.records if r.success and not r.warmup], cfg.ignore_eos)
         if result["client_overloaded"] and not (self.target_down.is_set() or interrupted):
-            self.notes.append(f"client overloaded: achieved {result['achieved_rate']:.2f} req/s of "
-                              f"{cfg.rate:g} requested, P99 send lag {result['p99_send_lag_ms']:.1f} ms — figures "
-                              "may reflect the client's limit, not the server's")
+            self.notes.append(f"client overloaded: {result['client_overload_reason']} — figures may reflect the "
+                              "client's limit, not the server's")
         return RunResult(self.records, result, self.notes, scraper.points if scraper else [],
                          self.target_down.is_set(), interrupted)
 
@@ -189,6 +200,7 @@ class Run:
                                prompt_len=req.prompt_len, expected_output_len=req.output_len, warmup=warmup,
                                conversation_id=req.conversation_id, turn=req.turn)
         self.next_index += 1
+        self.in_flight[record.index] = record
         body = client.payload(self.cfg.backend, self.cfg.model, req, self.cfg.ignore_eos, self.cfg.temperature,
                               messages)
         if self.semaphore:
@@ -199,11 +211,20 @@ class Run:
         self._finish(record)
         return text if record.success else None
 
+    def _record_in_flight(self, now: float) -> None:
+        """The requests a stop cut short: written with their chunks so far, marked interrupted."""
+        for record in list(self.in_flight.values()):
+            record.interrupted, record.end = True, now
+            record.error = record.error or "interrupted: the run was stopped before this request finished"
+            self._finish(record)
+
     def _finish(self, record: RequestRecord) -> None:
+        if self.in_flight.pop(record.index, None) is None and record.interrupted:
+            return
         self.records.append(record)
         if self.writer:
             self.writer.write(record)
-        if not record.warmup:
+        if not record.warmup and not record.interrupted:
             live = self.live
             live["done"] += 1
             if record.success:
@@ -229,6 +250,31 @@ class Run:
         live = self.live
         self.on_progress(Progress(time.perf_counter() - self.t0, len(self.requests), self.num_dispatched,
                                   live["done"], live["failed"], live["tokens"], live["ttft"], live["tpot"]))
+
+
+def _stream_notes(ok: list[RequestRecord], ignore_eos: bool) -> list[str]:
+    """What succeeded but is worth a word: usage a server got wrong, streams that ended short of max_tokens
+    although ignore_eos asked for all of them."""
+    notes = []
+    ignored = [r for r in ok if r.usage_ignored]
+    if ignored:
+        notes.append(f"{len(ignored)} request(s) reported usage that contradicts their chunks (fewer tokens than "
+                     "chunks, or a count that went back): their tokens were counted from the chunks")
+    short = [r for r in ok if ignore_eos and r.expected_output_len and metrics.output_tokens(r) < r.expected_output_len]
+    if short:
+        r = short[0]
+        notes.append(f"{len(short)} stream(s) ended before max_tokens although ignore_eos was sent (e.g. "
+                     f"{metrics.output_tokens(r)} of {r.expected_output_len} tokens)")
+    return notes
+
+
+def hold_interrupts() -> None:
+    """After the first Ctrl-C (or SIGTERM) a run is being stopped: further ones are ignored until what was
+    measured is written (the command restores them before it exits)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def execute(cfg: RunConfig, requests: list[Request], offsets: np.ndarray, files: RunFiles | None,

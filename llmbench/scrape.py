@@ -47,10 +47,12 @@ class Scraper:
     `steps_out` as they appear, for step-time calibration by `llmbench plan`."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, out: Path | None, t0: float,
-                 interval: float = 1.0, steps_out: Path | None = None) -> None:
+                 interval: float = 1.0, steps_out: Path | None = None, headers: dict | None = None) -> None:
         self.session, self.url, self.out, self.t0, self.interval = session, base_url + "/metrics", out, t0, interval
         self.steps_url, self.steps_out = base_url + "/v1/engine/steps", steps_out
+        self.headers = headers  # the run's API key: a keyed server guards /metrics too
         self.points: list[dict] = []
+        self.notes: list[str] = []
         self.available = True
         self.steps_available = steps_out is not None
         self.last_step = -1
@@ -71,13 +73,18 @@ class Scraper:
         if not self.steps_available:
             return
         try:
-            async with self.session.get(self.steps_url, params={"since": str(self.last_step)},
+            async with self.session.get(self.steps_url, params={"since": str(self.last_step)}, headers=self.headers,
                                         timeout=aiohttp.ClientTimeout(total=5)) as resp:
                 if resp.status != 200:
                     self.steps_available = False
                     return
-                steps = (await resp.json())["steps"]
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+                steps = (await resp.json()).get("steps") or []
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+            return
+        if not isinstance(steps, list) or not all(isinstance(s, dict) and isinstance(s.get("index"), int)
+                                                  for s in steps):
+            self.steps_available = False
+            self.notes.append("the target's /v1/engine/steps answered steps of an unknown shape: not recorded")
             return
         if steps:
             self.last_step = steps[-1]["index"]
@@ -86,12 +93,13 @@ class Scraper:
 
     async def scrape_once(self, file=None) -> None:
         try:
-            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            async with self.session.get(self.url, headers=self.headers,
+                                        timeout=aiohttp.ClientTimeout(total=2)) as resp:
                 if resp.status != 200:
                     self.available = False
                     return
                 values = parse(await resp.text())
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except Exception:  # an unparsable /metrics costs a point of the series, never the run
             return
         point = {"t": time.perf_counter() - self.t0, **values}
         self.points.append(point)

@@ -25,11 +25,25 @@ WORD = " tok"
 
 
 class Script:
-    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int) -> None:
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
+                 max_running: int = 0) -> None:
         self.ttft, self.itl, self.per_chunk, self.fail_every = ttft_ms / 1000, itl_ms / 1000, tokens_per_chunk, fail_every
+        self.max_running = max_running  # 0: no cap; else streams beyond it wait, first come first served
         self.count = 0
         self.running = 0
+        self.waiting: list[Stream] = []
         self.truth: list[dict] = []
+
+    def admit(self, stream: Stream) -> None:
+        if self.max_running and self.running >= self.max_running:
+            self.waiting.append(stream)
+        else:
+            stream.begin()
+
+    def finished(self) -> None:
+        self.running -= 1
+        if self.waiting and (not self.max_running or self.running < self.max_running):
+            self.waiting.pop(0).begin()
 
 
 class ScriptedHTTP(asyncio.Protocol):
@@ -94,7 +108,7 @@ class ScriptedHTTP(asyncio.Protocol):
         chat = path.endswith("chat/completions")
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         if body.get("stream"):
-            Stream(self, s, body, chat, n, received).start()
+            s.admit(Stream(self, s, body, chat, n, received))
             return
         text = WORD * n
         choice = {"index": 0, "finish_reason": "length"} | ({"message": {"role": "assistant", "content": text}}
@@ -122,8 +136,11 @@ class Stream:
         # the loop clock at the request's first byte
         self.start_at = self.loop.time() - (time.perf_counter() - received)
 
-    def start(self) -> None:
+    def begin(self) -> None:
+        """Start serving: TTFT and the chunk gaps count from here (a stream that waited for a slot has its
+        wait in front of its first token, as in a server's queue)."""
         self.script.running += 1
+        self.start_at = max(self.start_at, self.loop.time())
         self.proto.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
                                    b"chunked\r\nConnection: keep-alive\r\n\r\n")
         self.loop.call_at(self.start_at + self.script.ttft, self.tick)
@@ -133,7 +150,7 @@ class Stream:
 
     def tick(self) -> None:
         if self.proto.transport.is_closing():
-            self.script.running -= 1
+            self.script.finished()
             return
         take = min(self.script.per_chunk, self.n - self.sent)
         self.sent += take
@@ -146,7 +163,7 @@ class Stream:
         self._chunk(b'data: {"id":"scripted","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
                     b'"total_tokens":%d}}\n\ndata: [DONE]\n\n' % (self.n, self.n + 1))
         self.proto.transport.write(b"0\r\n\r\n")
-        self.script.running -= 1
+        self.script.finished()
         prompt = self.body.get("prompt") if not self.chat else self.body["messages"][-1]["content"]
         self.script.truth.append({"prompt": prompt, "chunk_offsets": self.written, "messages": self.body.get("messages")})
 
@@ -166,8 +183,11 @@ async def serve(host: str, port: int, script: Script) -> None:
 @click.option("--itl-ms", default=0.0, show_default=True)
 @click.option("--tokens-per-chunk", default=1, show_default=True)
 @click.option("--fail-every", default=0, show_default=True, help="Answer every Nth request with HTTP 500.")
-def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int) -> None:
-    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every)))
+@click.option("--max-running", default=0, show_default=True,
+              help="Streams served at once (0: any number); the rest wait in order, so capacity is finite.")
+def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
+         max_running: int) -> None:
+    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running)))
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
     to any folder after the fact; with the run's own saturation verdict and kept-up fraction."""
     points = []
     for r in results:
-        if r.get("request_rate") in ("inf", None) or r.get("interrupted"):
+        if r.get("request_rate") in ("inf", None) or r.get("interrupted") or r.get("target_down"):
             continue
         rows = frame[frame["label"] == r["label"]] if not frame.empty else frame
         if "warmup" in rows:

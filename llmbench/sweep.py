@@ -14,13 +14,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from llmbench import __version__, arrivals, datasets, metrics, results
-from llmbench.runner import Progress, RunConfig, RunResult, execute
+from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts
 from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
 
 DEFAULT_PROMPTS = 200  # requests per rate when neither --num-prompts nor a (finite-rate) --duration is given
+MIN_WINDOW, MAX_WINDOW = 15.0, 180.0  # seconds of arrivals per rate when the sweep sizes them itself
+PROBE_REQUESTS = 8  # sent at once before the first rate, to size the window to the server's latency
 KEPT_UP = 0.9  # after the ramp-up, completions below this fraction of arrivals: falling behind
 IN_FLIGHT_GROWTH = 1.25  # ... and requests in flight this much higher at the end of the window than after ramp-up
+IN_FLIGHT_SIGMA = 3.0  # ... by this many times the noise of a count of requests in flight
 LATENCY_GROWTH = 1.5  # ... or latency per token this much higher for the last third's arrivals than mid-run
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 130
@@ -58,6 +61,7 @@ class SweepPlan:
     max_concurrency: int | None = None
     warmup: int = 0
     request_timeout: float = 600.0
+    read_timeout: float | None = 60.0
     percentiles: tuple[float, ...] = (50, 90, 95, 99)
     slo: SLO = field(default_factory=SLO)
     transport: str = "native"  # or "locust"
@@ -66,6 +70,9 @@ class SweepPlan:
     stop_when_saturated: bool = True
     max_failure_rate: float = 0.05
     reset_prefix_cache: bool = True  # before each rate, so no rate finds an earlier one's prompts cached
+    auto_window: bool = False  # size each rate's --duration from the latency measured so far
+    notes: list[str] = field(default_factory=list)  # said before anything starts (a tidied flag)
+    overwrite: bool = False  # replace the results of labels the folder already has
     args: dict = field(default_factory=dict)  # the command line as given, for metadata.json
 
 
@@ -76,6 +83,7 @@ class SweepOutcome:
     capacity: Capacity | None = None
     failure: str | None = None  # why the run counts as failed (target died, too many failures)
     interrupted: bool = False
+    target_down_at: float | None = None  # the rate at which the target stopped answering
 
     @property
     def exit_code(self) -> int:
@@ -101,7 +109,9 @@ class View:
 def saturation(current: dict, max_failure_rate: float = 0.05) -> str | None:
     """Why the server counts as saturated at `current`'s rate, or None. Saturation needs evidence that holds on
     a short run: after the ramp-up, completions fell behind arrivals *and* the number in flight or the latency
-    per token grew while requests arrived (never the drain after the last arrival)."""
+    per token grew while requests arrived (never the drain after the last arrival). When requests last so long
+    that the ramp filled most of the window, a rising number in flight is what a server that keeps up shows
+    too, so only a latency that grew with arrival time counts."""
     total = current["completed"] + current["failed"]
     if total and current["failed"] / total > max_failure_rate:
         return f"{current['failed']} of {total} requests failed"
@@ -109,10 +119,11 @@ def saturation(current: dict, max_failure_rate: float = 0.05) -> str | None:
     kept_up = current.get("kept_up")
     if not isinstance(rate, int | float) or not math.isfinite(rate) or kept_up is None or kept_up >= KEPT_UP:
         return None
-    grew = [f"{what} rose {current[key]:.1f}x" for key, what, limit in (
+    evidence = (("latency_growth", "latency per token", LATENCY_GROWTH),) if current.get("window_short") else (
         ("in_flight_growth", "requests in flight", IN_FLIGHT_GROWTH), ("latency_growth", "latency per token",
                                                                        LATENCY_GROWTH))
-        if (current.get(key) or 0) >= limit]
+    grew = [f"{what} rose {current[key]:.1f}x" for key, what, limit in evidence if (current.get(key) or 0) >= limit
+            and (key != "in_flight_growth" or (current.get("in_flight_rise_sigma") or 0) >= IN_FLIGHT_SIGMA)]
     if not grew:
         return None
     return (f"saturated: completions kept up with {kept_up:.0%} of arrivals ({kept_up * rate:.3g} of {rate:g} "
@@ -129,21 +140,33 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     """Measure every rate of the plan (or until saturated, interrupted, or the target stops answering)."""
     view = view or View()
     outcome = SweepOutcome([])
+    for text in plan.notes:
+        view.note(text)
     log = plan.out / results.ENGINE_LOG if plan.base_url is None else None
-    with open_target(plan.base_url, plan.model, plan.engine_flags, log, plan.api_key) as target:
+    if plan.base_url is None:
+        view.note(f"starting the bundled engine ({plan.model or 'its default model'}); its log: {log}")
+    with results.claimed(plan.out), open_target(plan.base_url, plan.model, plan.engine_flags, log,
+                                                plan.api_key) as target:
+        if plan.overwrite:
+            results.clear_labels(plan.out, [results.label_for(r, plan.max_concurrency, plan.users)
+                                            for r in plan.rates])
         tokenizer, tokenizer_id, fallback = load_tokenizer(plan.tokenizer, target)
         notes = [f"no local tokenizer for {target.model!r}: lengths are counted with the bundled model's tokenizer "
                  "(pass --tokenizer DIR for exact lengths)"] if fallback else []
         config = (target.server_info.get("version") or {}).get("config")
         view.target(target, quantization_mode(config) if config else "", notes)
         try:
+            if plan.auto_window:
+                plan.workload.duration = MIN_WINDOW
+                _probe(plan, target, tokenizer, view)
             for index, rate in enumerate(plan.rates):
                 if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
                     break
         except KeyboardInterrupt:  # between runs (a run itself ends cleanly on Ctrl-C, marked interrupted)
             outcome.interrupted = True
+            hold_interrupts()
     finite = [r for r in outcome.rows if isinstance(r["request_rate"], int | float) and r["completed"]
-              and not r["interrupted"]]
+              and not r["interrupted"] and not r.get("target_down")]
     if finite:
         outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0,
                                       "saturated": bool(r["saturated"]), "kept_up": r.get("kept_up")}
@@ -172,8 +195,10 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         offsets = arrivals.send_offsets(requests, rate, plan.burstiness, plan.workload.seed)
         run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
-    body["saturated"] = None if run.interrupted else saturation(body, plan.max_failure_rate)
+    body["saturated"] = None if run.interrupted or run.target_down else saturation(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
+    body["target_down"] = run.target_down
+    body["window_s"] = plan.workload.duration if math.isfinite(rate) else None
     body["prefix_cache_reset"] = plan.reset_prefix_cache and why_not is None
     row = results.write_result(files, body)
     outcome.rows.append(row)
@@ -184,13 +209,43 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         outcome.interrupted = True
     elif run.target_down:
         outcome.failure = next(n for n in run.notes if "stopped answering" in n)
+        outcome.target_down_at = rate
     elif total and row["failed"] / total > plan.max_failure_rate:
         outcome.failure = (f"{row['failed']} of {total} requests failed at {rate:g} req/s (more than "
                            f"--max-failure-rate {plan.max_failure_rate:g})")
     elif _saturated_twice(outcome.rows) and plan.stop_when_saturated and index + 1 < len(plan.rates):
         outcome.stop_reason = (f"stopping the sweep: saturated at {outcome.rows[-2]['request_rate']:g} and {rate:g} "
                                f"req/s; at {rate:g}: {row['saturated']}")
+    if plan.auto_window and not row["saturated"] and row.get("median_e2el_ms"):
+        _widen(plan, row["median_e2el_ms"] / 1000, f"the P50 E2E at {rate:g} req/s", view)
     return not (outcome.interrupted or outcome.failure or outcome.stop_reason)
+
+
+def _probe(plan: SweepPlan, target: Target, tokenizer, view: View) -> None:
+    """A few requests at once before the first rate: how long the server takes per request, so the first
+    window is long enough to see past the ramp (guidellm probes a synchronous rate first, for the same end)."""
+    requests, _ = datasets.build(plan.workload.dataset, tokenizer, PROBE_REQUESTS, plan.workload.seed,
+                                 **plan.workload.options)
+    cfg = _run_config(plan, target, math.inf)
+    cfg.scrape, cfg.goodput = False, {}
+    run = execute(cfg, requests, arrivals.send_offsets(requests, math.inf, 1.0, plan.workload.seed), None)
+    if run.interrupted:
+        raise KeyboardInterrupt
+    e2e = [r.latency for r in run.records if r.success and r.latency is not None]
+    if e2e:
+        _widen(plan, float(sorted(e2e)[len(e2e) // 2]), f"the P50 E2E of {len(requests)} probe requests at once",
+               view)
+
+
+def _widen(plan: SweepPlan, median_e2e: float, source: str, view: View) -> None:
+    """Raise the window of the rates to come to WINDOW_E2E_MULTIPLE P50 E2Es (within MIN_WINDOW..MAX_WINDOW), never lower it."""
+    window = min(max(metrics.window_for(median_e2e), MIN_WINDOW), MAX_WINDOW)
+    if window > (plan.workload.duration or 0) + 0.5:
+        plan.workload.duration = round(window)
+        capped = " (capped; --duration goes longer)" if window >= MAX_WINDOW else ""
+        view.note(f"{plan.workload.duration:g} s of arrivals per rate from here: {metrics.WINDOW_E2E_MULTIPLE:g}x "
+                  f"{source} ({median_e2e:.2f} s)"
+                  f"{capped}; --duration fixes the window")
 
 
 def _run_config(plan: SweepPlan, target: Target, rate: float) -> RunConfig:
@@ -198,7 +253,8 @@ def _run_config(plan: SweepPlan, target: Target, rate: float) -> RunConfig:
     return RunConfig(base_url=target.base_url, model=target.model, backend=w.backend, rate=rate,
                      burstiness=plan.burstiness, max_concurrency=plan.max_concurrency, warmup=plan.warmup,
                      seed=w.seed, ignore_eos=w.ignore_eos, temperature=w.temperature,
-                     request_timeout=plan.request_timeout, percentiles=plan.percentiles, goodput=plan.slo.bounds,
+                     request_timeout=plan.request_timeout, read_timeout=plan.read_timeout,
+                     percentiles=plan.percentiles, goodput=plan.slo.bounds,
                      think_time=w.think_time, api_key=plan.api_key)
 
 

@@ -46,7 +46,9 @@ def test_saturation_needs_falling_behind_and_a_growing_backlog():
     assert saturation(behind) is None  # no growth to back it: not enough evidence
     growing = base | {"latency_growth": 2.5, "in_flight_growth": 2.0}
     assert saturation(growing) is None  # keeping up, even if latency moved
-    saturated = behind | {"in_flight_growth": 1.8}
+    assert saturation(behind | {"in_flight_growth": 1.8, "in_flight_rise_sigma": 2.0}) is None  # within the noise
+    saturated = behind | {"in_flight_growth": 1.8, "in_flight_rise_sigma": 5.0}
+    assert saturation(saturated | {"window_short": True}) is None  # a short window: the rise may be the ramp
     message = saturation(saturated)
     assert "kept up with 60% of arrivals (6 of 10 req/s)" in message and "requests in flight rose 1.8x" in message
     assert "latency per token rose 1.6x" in saturation(behind | {"latency_growth": 1.6})
@@ -91,6 +93,8 @@ def test_backlog_from_records():
     assert stable["in_flight_growth"] == pytest.approx(1.0, abs=0.05) and "window_note" not in stable
     queued = backlog([rec(i, i * 0.1, 0.5 + i * 0.05) for i in range(150)])  # each waits longer than the last
     assert queued["kept_up"] < 0.7 and queued["latency_growth"] > 1.5 and queued["in_flight_growth"] > 1.5
-    slow = backlog([rec(i, i * 0.1, 14.0) for i in range(150)])
-    assert "too short to tell" in slow["window_note"]
+    assert queued["in_flight_rise_sigma"] > 3
+    slow = backlog([rec(i, i * 0.1, 14.0) for i in range(150)])  # 14 s each against 15 s: the ramp fills it
+    assert "too short to tell" in slow["window_note"] and slow["window_short"]
+    assert slow["kept_up"] < 0.9 and slow["latency_growth"] == pytest.approx(1.0)  # rising, but not slowing down
     assert backlog([rec(i, i * 0.1, 1.0) for i in range(10)])["kept_up"] is None  # too few to tell

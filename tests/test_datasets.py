@@ -75,8 +75,8 @@ def test_jsonl_trace(tok, tmp_path):
              "not json",
              json.dumps({"messages": [{"role": "user", "content": "hi"}], "timestamp": 0.5})]
     path.write_text("\n".join(lines))
-    with pytest.warns(UserWarning, match="skipped 1 malformed line"):
-        reqs, info = datasets.build("jsonl", tok, 0, path=str(path))
+    reqs, info = datasets.build("jsonl", tok, 0, path=str(path))
+    assert len(info.notes) == 1 and "skipped 1 malformed line(s) (first: line 2" in info.notes[0]
     assert [r.timestamp for r in reqs] == [1.5, 0.5] and reqs[0].output_len == 5 and "trace" in info.description
     with pytest.raises(datasets.DatasetError, match="no such dataset file"):
         datasets.build("jsonl", tok, 0, path=str(tmp_path / "nope.jsonl"))

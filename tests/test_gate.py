@@ -38,10 +38,29 @@ def test_injected_regression_fails():
     assert verdicts["p99_tpot"] == "pass"
 
 
+def test_small_runs_are_inconclusive_not_passed():
+    """Two 200-request runs of one distribution: a P99 cannot resolve 10%, so the gate says so (exit 4) and how
+    many requests would; the median TPOT of the same runs can, and passes."""
+    rng = np.random.default_rng(5)
+    base, again = make_run(rng, n=200), make_run(rng, n=200)
+    result = g.compare(base, again, g.parse_tolerances("p99_ttft=10%,median_tpot=10%"))
+    checks = {c.metric: c for c in result.checks}
+    assert checks["p99_ttft"].verdict == "inconclusive" and checks["p99_ttft"].detectable > 0.10
+    assert checks["p99_ttft"].needed > 200 and checks["median_tpot"].verdict == "pass"
+    assert result.exit_code == g.EXIT_INCONCLUSIVE
+    text = g.markdown(result)
+    assert "⚠️ inconclusive" in text and "requests per run would detect 10%" in text
+    result.allow_inconclusive = True
+    assert result.exit_code == 0
+    worse = make_run(rng, n=200, ttft_scale=1.6)  # a regression far beyond what the runs can resolve still fails
+    assert g.compare(base, worse, g.parse_tolerances("p99_ttft=10%")).exit_code == g.EXIT_REGRESSION
+
+
 def test_false_failure_rate_over_50_reruns():
     rng = np.random.default_rng(1)
     base = make_run(rng)
-    failures = sum(g.compare(base, make_run(rng), TOL, rounds=500, seed=i).exit_code for i in range(50))
+    failures = sum(g.compare(base, make_run(rng), TOL, rounds=500, seed=i).exit_code == g.EXIT_REGRESSION
+                   for i in range(50))
     assert failures <= 2
 
 
@@ -73,7 +92,8 @@ def test_vllm_save_result_as_baseline(tmp_path):
     run = runs["rate-10"]
     assert run.samples["ttft"].size == n and run.samples["tpot"].size == n
     same = g.compare(runs, runs, TOL)
-    assert same.exit_code == 0 and all(c.method == "bootstrap" for c in same.checks)
+    assert same.exit_code in (0, g.EXIT_INCONCLUSIVE) and all(c.method == "bootstrap" for c in same.checks)
+    assert not any(c.verdict == "regression" for c in same.checks)
     summary_only = dict(vllm)
     for key in ("ttfts", "itls", "input_lens", "output_lens"):
         summary_only.pop(key)
@@ -96,7 +116,7 @@ def test_cli_exit_codes_and_outputs(tmp_path, scripted, tiny_model):
     summary, junit = tmp_path / "s.md", tmp_path / "j.xml"
     r = runner.invoke(main, ["gate", "--baseline", str(folders[0]), "--current", str(folders[1]),
                              "--max-regression", "p99_ttft=50%,output_throughput=20%", "--summary", str(summary),
-                             "--junit", str(junit)])
+                             "--junit", str(junit), "--allow-inconclusive"])
     assert r.exit_code == 0, r.output
     assert "✅ pass" in summary.read_text() and 'failures="0"' in junit.read_text()
     baseline = tmp_path / "baseline.json"
@@ -105,7 +125,8 @@ def test_cli_exit_codes_and_outputs(tmp_path, scripted, tiny_model):
     r = runner.invoke(main, ["gate", "--baseline", str(baseline), "--current", str(folders[1]), "--summary",
                              str(summary), "--junit", str(junit), "--max-regression",
                              "p99_ttft=50%,output_throughput=20%"])  # two runs of a few ms: wide bounds
-    assert r.exit_code == 0, r.output
+    assert r.exit_code in (0, 4), r.output
+    assert ("inconclusive" in summary.read_text()) == (r.exit_code == 4)
     r = runner.invoke(main, ["gate", "--baseline", str(tmp_path / "nope"), "--current", str(folders[1])])
     assert r.exit_code == 2 and "no such file" in r.output
     other = tmp_path / "other.json"

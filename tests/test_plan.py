@@ -126,16 +126,24 @@ def test_measured_plan_from_scripted_sweep(scripted, tmp_path, tiny_model):
     assert r.exit_code == 0, r.output
     cap = measured_capacity(out, SLO(ttft_ms=1000, tpot_ms=50))
     assert cap["per_replica_rate"] == pytest.approx(20) and "lower bound" in cap["note"]
+    r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--no-search"])
+    assert r.exit_code == 1 and "which model did this sweep serve? pass --model" in r.output  # never assumed
+    r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--model", "llama-3.1-8b",
+                                  "--no-search"])
+    assert r.exit_code == 1 and "which device did this sweep run on?" in r.output and "--gpu-spec" in r.output
     r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--slo", "ttft=1s,tpot=50ms",
-                                  "--spares", "0", "--burst-headroom", "0", "--no-search"])
+                                  "--spares", "0", "--burst-headroom", "0", "--no-search", "--model", "llama-3.1-8b",
+                                  "--gpu", "H100-SXM"])
     assert r.exit_code == 0, r.output
+    assert "sizing: 100 QPS x (1 + 0% burst headroom) / 20 req/s per replica, rounded up, + 0 spare" in r.output
     plan = json.loads((out / "plan.json").read_text())
     assert plan["measured"]["replicas"] == 5 and "throughput_formula_gpus" in plan["article_formulas"]
     from llmbench.report import build_report
 
     page = build_report([out], tmp_path / "report.html").read_text()
     assert 'id="plan"' in page and "req/s per replica" in page
-    r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--slo", "ttft=5ms", "--no-search"])
+    r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--slo", "ttft=5ms", "--no-search",
+                                  "--model", "llama-3.1-8b", "--gpu", "H100-SXM"])
     assert r.exit_code == 1 and "not met even at the lowest measured rate 5 req/s" in r.output
 
 

@@ -5,6 +5,7 @@ import threading
 import time
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from llmbench.cli import main
@@ -87,7 +88,7 @@ def test_clear_errors(scripted, tmp_path, tiny_model):
     assert r.exit_code == 1 and "model 'nope' is not served" in r.output and "scripted" in r.output
     r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset-path",
                str(tmp_path / "missing.json"), "--num-prompts", "2", "--out", str(tmp_path / "c"))
-    assert r.exit_code == 1 and "no such dataset file" in r.output
+    assert r.exit_code == 2 and "no such dataset file" in r.output
     bad = tmp_path / "bad.json"
     bad.write_text('[{"id": "a", "conversations": [{"from": "human", "value": "hello there friend"}, {"from": "gpt", '
                    '"value": "hi how are you doing"}]}, {"id": "b", "conv')
@@ -96,9 +97,9 @@ def test_clear_errors(scripted, tmp_path, tiny_model):
     assert r.exit_code == 0 and "kept 1 complete conversations; the file is truncated" in r.output
     r = invoke("run", "--rate", "fast")
     assert r.exit_code == 2 and "Invalid value for --rate: 'fast' is not a rate" in r.output
-    r = invoke("run", "--base-url", server.url, "--dataset", "random", "--output-len", "5", "--tokenizer",
-               str(tiny_model))
-    assert r.exit_code == 2 and "--output-len does not apply to the random dataset" in r.output
+    r = invoke("run", "--base-url", server.url, "--dataset", "random", "--max-turns", "5", "--tokenizer",
+               str(tiny_model), "--out", str(tmp_path / "e"))
+    assert r.exit_code == 2 and "--max-turns does not apply to the random dataset (it applies to multi-turn)" in r.output
 
 
 def test_all_failures_exit_nonzero(scripted, tmp_path, tiny_model):
@@ -155,7 +156,10 @@ def test_embedded_engine_and_results_api(tmp_path, tiny_model):
     assert (out / "engine.log").is_file()
 
 
-def test_ctrl_c_keeps_the_partial_result_and_exits_130(scripted, tmp_path, tiny_model):
+@pytest.mark.parametrize("signals", [("SIGINT",), ("SIGINT", "SIGINT"), ("SIGTERM",)])
+def test_ctrl_c_keeps_the_partial_result_and_exits_130(scripted, tmp_path, tiny_model, signals):
+    """Ctrl-C, Ctrl-C twice, or SIGTERM: the result so far, the requests in flight (marked interrupted, with
+    their chunks so far), the table and the report are all written."""
     import os
     import signal
     import subprocess
@@ -171,14 +175,21 @@ def test_ctrl_c_keeps_the_partial_result_and_exits_130(scripted, tmp_path, tiny_
     records = out / "rate-5.records.jsonl"
     while not (records.is_file() and records.read_text().count("\n") >= 1) and time.time() < deadline:
         time.sleep(0.2)  # the first rate is running and has answers to keep
-    proc.send_signal(signal.SIGINT)
+    for name in signals:
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.05)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
     data = json.loads((out / "rate-5.json").read_text())
     assert data["interrupted"] is True and data["completed"] >= 1 and not (out / "rate-10.json").exists()
     assert list(pd.read_csv(out / "summary.csv")["interrupted"]) == [True]
-    assert len(read_records(out / "rate-5.records.jsonl")) == data["completed"] + data["failed"]
+    records = read_records(out / "rate-5.records.jsonl")
+    cut = [r for r in records if r.interrupted]
+    assert len(records) == data["completed"] + data["failed"] + data["interrupted_requests"]
+    assert cut and data["interrupted_requests"] == len(cut) and any(r.chunk_times for r in cut)
+    assert "in flight are recorded as interrupted" in output
     assert "interrupted" in output and "sustains" not in output.splitlines()[-1]
+    assert "llmbench sweep" in output and (out / "report.html").is_file()  # the table and the report
 
 
 def test_failures_beyond_the_limit_exit_3(scripted, tmp_path, tiny_model):
@@ -224,7 +235,7 @@ def test_report_and_gate_write_beside_the_results(scripted, tmp_path, tiny_model
            "--out", str(out), "--no-progress")
     r = invoke("report", str(out))
     assert r.exit_code == 0 and (out / "report.html").is_file() and f"report: {out / 'report.html'}" in r.output
-    r = invoke("gate", "--baseline", str(out), "--current", str(out))
+    r = invoke("gate", "--baseline", str(out), "--current", str(out), "--allow-inconclusive")
     assert r.exit_code == 0 and (out / "gate-summary.md").is_file() and (out / "gate-junit.xml").is_file()
     assert f"summary: {out / 'gate-summary.md'}" in r.output
 

@@ -92,7 +92,8 @@ def test_disconnects_free_kv(server, llm):
     while (llm.block_manager.usage().used or llm.requests) and time.time() < deadline:
         time.sleep(0.1)
     assert llm.block_manager.usage().used == 0 and not llm.requests
-    assert server.state["engine"].num_aborted >= 150  # the cut streams were aborted, not run to the end
+    # the cut streams were aborted, not run to the end (those cut while being tokenized never reach the engine)
+    assert server.state["engine"].num_aborted >= 120
     ok(server)
 
 
@@ -123,12 +124,16 @@ def test_step_exception_fails_requests_not_server(server):
         if calls["n"] <= 2:
             raise RuntimeError("injected fault")
 
-    server.state["engine"].fault_injector = boom
+    server.state["engine"].fault_injector = boom  # the step fails, then the request's own step alone fails too
     r = requests.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3}, timeout=30)
     assert r.status_code == 500 and "injected fault" in r.json()["error"]["message"]
+    calls["n"] = 0
     r = requests.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3, "stream": True},
                       timeout=30)
     assert r.status_code == 200 and "injected fault" in r.text and r.text.endswith("data: [DONE]\n\n")
+    calls["n"] = 1  # one failed step, then the request alone goes through: it is recomputed and answered
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3}, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
     ok(server)
 
 

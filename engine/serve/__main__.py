@@ -62,10 +62,13 @@ def with_engine_options(command: click.Command) -> click.Command:
 @click.option("--api-key", default=None, envvar="LLMBENCH_API_KEY", help="Require 'Authorization: Bearer KEY'.")
 @click.option("--max-waiting", default=1024, show_default=True, type=click.IntRange(1),
               help="Requests allowed to wait; beyond it the server answers 503 with Retry-After.")
+@click.option("--public-metrics", is_flag=True, help="Leave /metrics and /version open when --api-key is set.")
+@click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Seconds a request body may take to arrive (408 after).")
 @click.option("--shutdown-grace", default=30.0, show_default=True, help="Seconds in-flight requests get on SIGTERM.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
-def server_command(host, port, served_model_name, api_key, max_waiting, shutdown_grace, log_level,
-                   **engine_flags) -> None:
+def server_command(host, port, served_model_name, api_key, max_waiting, public_metrics, body_timeout,
+                   shutdown_grace, log_level, **engine_flags) -> None:
     """Serve the bundled engine over an OpenAI-compatible HTTP API."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from engine.llm import LLM
@@ -76,7 +79,10 @@ def server_command(host, port, served_model_name, api_key, max_waiting, shutdown
         llm = LLM(**engine_flags)
     except (CheckpointError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    app = build_app(llm, served_model_name, api_key, max_waiting)
+    if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: serving on {host} without --api-key: anyone who can reach it can send requests, "
+                   "reset the prefix cache between a benchmark's rates and read /metrics and /version", err=True)
+    app = build_app(llm, served_model_name, api_key, max_waiting, public_metrics, body_timeout)
     uvloop.run(serve(app, host, port, shutdown_grace))  # socket writes and wake-ups in C, not Python
 
 

@@ -102,12 +102,13 @@ class AsyncLLM:
                 self._wake.clear()
                 continue
             try:
+                self.llm.last_batch = None
                 if self.fault_injector is not None:
                     self.fault_injector()
                 outputs = self.llm.step()
-            except Exception as err:  # a failed step fails its requests, never the server
-                log.exception("engine step failed")
-                self._fail_all(f"engine step failed: {type(err).__name__}: {err}")
+            except Exception:  # a failed step fails the request that caused it, never the batch or the server
+                log.exception("engine step failed; stepping its requests one at a time to find the cause")
+                self._isolate()
                 continue
             self._deliver_all([(out.request_id, out, out.finished) for out in outputs])
             if self.on_step is not None:
@@ -133,11 +134,26 @@ class AsyncLLM:
             elif self.llm.abort(cmd[1]):
                 self.num_aborted += 1
 
-    def _fail_all(self, message: str) -> None:
-        failed = list(self.llm.requests)
-        for rid in failed:
-            self.llm.abort(rid)
-        self._deliver_all([(rid, EngineError(rid, message), True) for rid in failed])
+    def _isolate(self) -> None:
+        """The failed step's requests are recomputed, each stepped alone until it shows a token: the ones
+        whose step raises again are failed alone, with the error; the others carry on, only a little later."""
+        for rid in self.llm.preempt_failed_batch():
+            if rid not in self.llm.requests:
+                continue
+            try:
+                if self.fault_injector is not None:
+                    self.fault_injector()
+                outputs = self.llm.step_alone(rid)
+            except Exception as err:
+                log.warning("request %s failed its own step: %s: %s", rid, type(err).__name__, err)
+                self.llm.preempt_failed_batch()
+                self.llm.abort(rid)
+                self._deliver(rid, EngineError(rid, f"this request failed in the engine: {type(err).__name__}: "
+                                                    f"{err}"), final=True)
+                continue
+            self._deliver_all([(out.request_id, out, out.finished) for out in outputs])
+            if self.on_step is not None:
+                self.on_step(self.llm, outputs)
 
     def _deliver(self, request_id: str, item: RequestOutput | EngineError, final: bool) -> None:
         self._deliver_all([(request_id, item, final)])

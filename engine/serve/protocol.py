@@ -7,9 +7,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config import SamplingParams
+from engine.config import ParamError, SamplingParams
 
 MAX_N = 16
+MAX_PROMPTS = 64  # prompts in one completions request
 
 
 class APIError(Exception):
@@ -63,6 +64,11 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
                     not isinstance(m.get("content"), str | list):
                 raise APIError(400, "each message needs a string 'role' and a 'content'", "messages")
+            if isinstance(m["content"], list) and not all(
+                    isinstance(part, dict) and (part.get("type", "text") != "text" or isinstance(part.get("text"), str))
+                    for part in m["content"]):
+                raise APIError(400, "each content part must be an object, and a text part's 'text' a string",
+                               "messages")
         prompts: list[str | list[int]] = []  # rendered by the server with the chat template
         max_tokens = _get(body, "max_completion_tokens", (int,), _get(body, "max_tokens", (int,)))
         logprobs = _get(body, "top_logprobs", (int,), 0) if _get(body, "logprobs", (bool,), False) else None
@@ -70,39 +76,21 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
         prompts = _parse_prompt(body.get("prompt"))
         max_tokens = _get(body, "max_tokens", (int,), 16)
         logprobs = _get(body, "logprobs", (int,))
-    if max_tokens is not None and max_tokens <= 0:
-        raise APIError(400, f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens")
-    n = _get(body, "n", (int,), 1)
-    if not 1 <= n <= MAX_N:
-        raise APIError(400, f"'n' must be between 1 and {MAX_N}, got {n}", "n")
-    temperature = float(_get(body, "temperature", (int, float), 1.0))
-    if temperature < 0:
-        raise APIError(400, f"'temperature' must be non-negative, got {temperature}", "temperature")
-    top_p = float(_get(body, "top_p", (int, float), 1.0))
-    if not 0 < top_p <= 1:
-        raise APIError(400, f"'top_p' must be in (0, 1], got {top_p}", "top_p")
-    top_k = _get(body, "top_k", (int,), 0)
-    if top_k < -1:
-        raise APIError(400, f"'top_k' must be -1, 0 or positive, got {top_k}", "top_k")
-    min_p = float(_get(body, "min_p", (int, float), 0.0))
-    if not 0 <= min_p <= 1:
-        raise APIError(400, f"'min_p' must be in [0, 1], got {min_p}", "min_p")
     stop = _get(body, "stop", (str, list), [])
-    stop = [stop] if isinstance(stop, str) else stop
-    if not all(isinstance(s, str) for s in stop):
-        raise APIError(400, "'stop' must be a string or a list of strings", "stop")
-    if logprobs is not None and not 0 <= logprobs <= 20:
-        raise APIError(400, f"'logprobs' must be between 0 and 20, got {logprobs}", "logprobs")
-    min_tokens = _get(body, "min_tokens", (int,), 0)
-    if min_tokens < 0:
-        raise APIError(400, f"'min_tokens' must be non-negative, got {min_tokens}", "min_tokens")
     stream_options = _get(body, "stream_options", (dict,), {})
-    params = SamplingParams(
-        n=n, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        seed=_get(body, "seed", (int,)), max_tokens=max_tokens, min_tokens=min_tokens, stop=stop,
-        stop_token_ids=_get(body, "stop_token_ids", (list,), []),
-        ignore_eos=_get(body, "ignore_eos", (bool,), False), logprobs=logprobs,
-    )
+    try:
+        params = SamplingParams(
+            n=_get(body, "n", (int,), 1), temperature=_get(body, "temperature", (int, float), 1.0),
+            top_p=_get(body, "top_p", (int, float), 1.0), top_k=_get(body, "top_k", (int,), 0),
+            min_p=_get(body, "min_p", (int, float), 0.0), seed=_get(body, "seed", (int,)), max_tokens=max_tokens,
+            min_tokens=_get(body, "min_tokens", (int,), 0), stop=[stop] if isinstance(stop, str) else stop,
+            stop_token_ids=_get(body, "stop_token_ids", (list,), []),
+            ignore_eos=_get(body, "ignore_eos", (bool,), False), logprobs=logprobs,
+        )
+    except ParamError as err:
+        raise APIError(400, f"'{err.param}': {err}", err.param) from None
+    if params.n > MAX_N:
+        raise APIError(400, f"'n' must be between 1 and {MAX_N}, got {params.n}", "n")
     return ParsedRequest(chat, prompts, params, _get(body, "stream", (bool,), False),
                          bool(stream_options.get("include_usage")),
                          bool(stream_options.get("include_usage") and stream_options.get("continuous_usage_stats")),
@@ -112,6 +100,8 @@ def parse_request(body: Any, chat: bool) -> ParsedRequest:
 def _parse_prompt(prompt: Any) -> list[str | list[int]]:
     if isinstance(prompt, str):
         return [prompt]
+    if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and not all(isinstance(p, int) for p in prompt):
+        raise APIError(400, f"at most {MAX_PROMPTS} prompts in one request, got {len(prompt)}", "prompt")
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
             return [list(prompt)]

@@ -21,22 +21,31 @@ from engine.serve.protocol import APIError, ParsedRequest
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 2**20
+MAX_RESPONSE_ENTRIES = 200_000  # n x max_tokens x (1 + logprobs): what one response may have to carry
 STATE = web.AppKey("state", dict)
+OPEN_PATHS = ("/health",)  # what a key never guards
+PUBLIC_METRICS_PATHS = ("/metrics", "/version")  # open too with --public-metrics
 
 
 def error_response(err: APIError, headers: dict | None = None) -> web.Response:
     return web.json_response(err.body(), status=err.status, headers=headers)
 
 
+def _authorized(request: web.Request, key: str) -> bool:
+    given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(given, f"Bearer {key}".encode())
+
+
 @web.middleware
 async def errors_and_auth(request: web.Request, handler):
+    """The key guards everything that can change or reveal state (/health stays open); any error becomes an
+    OpenAI-style body, an unexpected one a 500 logged once."""
     state = request.app[STATE]
     try:
         key = state["api_key"]
-        if key and request.path.startswith("/v1/"):
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')")
+        public = OPEN_PATHS + (PUBLIC_METRICS_PATHS if state["public_metrics"] else ())
+        if key and request.path not in public and not _authorized(request, key):
+            raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')")
         return await handler(request)
     except APIError as err:
         return error_response(err, {"Retry-After": "1"} if err.status == 503 else None)
@@ -46,6 +55,11 @@ async def errors_and_auth(request: web.Request, handler):
         if exc.status < 400:
             raise
         return error_response(APIError(exc.status, exc.reason or "error"))
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:
+        log.exception("unexpected error serving %s %s", request.method, request.path)
+        return error_response(APIError(500, f"internal error: {type(err).__name__}", type_="server_error"))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -58,13 +72,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _read_json(request: web.Request):
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), request.app[STATE]["body_timeout"])
     except web.HTTPRequestEntityTooLarge:
         raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes") from None
+    except TimeoutError:
+        raise APIError(408, "the request body did not arrive in time (or is shorter than its Content-Length)",
+                       type_="invalid_request_error") from None
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise APIError(400, f"invalid JSON body: {err}") from None
+        return await _off_loop(json.loads, raw)
+    except RecursionError:
+        raise APIError(400, "invalid JSON body: nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, bad UTF-8, an integer past Python's digit limit
+        raise APIError(400, f"invalid JSON body: {str(err)[:200]}") from None
+
+
+async def _off_loop(fn, *args):
+    """Work that can take a while (tokenizing megabytes, templating, big JSON) runs on a worker thread, so
+    /health and every other stream keep their latency."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 def _prompt_ids(state: dict, parsed: ParsedRequest, body: dict) -> list[list[int]]:
@@ -78,6 +103,16 @@ def _prompt_ids(state: dict, parsed: ParsedRequest, body: dict) -> list[list[int
     else:
         prompts = [llm.encode(p) if isinstance(p, str) else p for p in parsed.prompts]
     vocab = llm.model_config.vocab_size
+    if any(t >= vocab for t in parsed.params.stop_token_ids):
+        raise APIError(400, f"'stop_token_ids' must be in [0, {vocab})", "stop_token_ids")
+    p = parsed.params
+    if not parsed.stream:  # a streamed response is written as it goes; this one is built whole in memory
+        entries = sum(p.n * (p.max_tokens or llm.max_model_len - len(ids)) * (1 + (p.logprobs or 0))
+                      for ids in prompts)
+        if entries > MAX_RESPONSE_ENTRIES:
+            raise APIError(400, f"the response could hold {entries:,} token entries (prompts x n x max_tokens x "
+                                f"(1 + logprobs)); the limit is {MAX_RESPONSE_ENTRIES:,}: stream it, or ask for "
+                                "less", "max_tokens")
     for ids in prompts:
         if not ids:
             raise APIError(400, "the prompt is empty", "prompt")
@@ -100,7 +135,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     if parsed.model and parsed.model not in state["model_names"]:
         raise APIError(404, f"The model `{parsed.model}` does not exist.", "model", "not_found_error",
                        "model_not_found")
-    prompts = _prompt_ids(state, parsed, body)
+    prompts = await _off_loop(_prompt_ids, state, parsed, body)
     aengine: AsyncLLM = state["engine"]
     req_id = protocol.new_id("chatcmpl" if chat else "cmpl")
     queue: asyncio.Queue = asyncio.Queue()
@@ -149,7 +184,9 @@ async def _collect(request, state, parsed, req_id, sub_ids, prompts, queue, fini
                 choice["logprobs"] = protocol.completion_logprobs(tok, out.token_ids, out.logprobs)
             choices.append(choice)
     usage = protocol.usage(sum(len(p) for p in prompts), completion_tokens)
-    return web.json_response(protocol.envelope(req_id, state["served_name"], parsed.chat, False, choices, usage))
+    text = await _off_loop(json.dumps, protocol.envelope(req_id, state["served_name"], parsed.chat, False, choices,
+                                                         usage))
+    return web.Response(text=text, content_type="application/json")
 
 
 async def _stream(request, state, parsed, req_id, sub_ids, prompts, queue, finished) -> web.StreamResponse:
@@ -257,7 +294,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | None = None,
-              max_waiting: int | None = None) -> web.Application:
+              max_waiting: int | None = None, public_metrics: bool = False,
+              body_timeout: float = 30.0) -> web.Application:
     import time
 
     name = served_model_name or llm.model_path.name
@@ -265,6 +303,7 @@ def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | Non
     aengine = AsyncLLM(llm, max_waiting=max_waiting, on_step=metrics_.on_step)
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY_BYTES)
     app[STATE] = {"engine": aengine, "metrics": metrics_, "served_name": name, "api_key": api_key,
+                  "public_metrics": public_metrics, "body_timeout": body_timeout,
                   "model_names": {name, str(llm.model_path)}, "draining": False, "created": int(time.time())}
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)

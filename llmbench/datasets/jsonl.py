@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 from llmbench.datasets import DatasetError, DatasetInfo, Request
@@ -36,13 +35,11 @@ def build(tokenizer, num_requests: int, seed: int = 0, path: str | None = None, 
             bad += 1
             if bad == 1:
                 first_error = f"line {lineno}: {err}"
-    if bad:
-        warnings.warn(f"{file}: skipped {bad} malformed line(s) (first: {first_error}); kept {len(requests)}",
-                      stacklevel=2)
+    notes = [f"{file}: skipped {bad} malformed line(s) (first: {first_error}); kept {len(requests)}"] if bad else []
     if not requests:
         raise DatasetError(f"{file}: no usable requests")
     if num_requests:
         requests = requests[:num_requests]
     timed = any(r.timestamp is not None for r in requests)
     return requests, DatasetInfo("jsonl", f"{file.name}: {len(requests)} requests"
-                                 f"{' (trace timestamps)' if timed else ''}", {"path": str(file)})
+                                 f"{' (trace timestamps)' if timed else ''}", {"path": str(file)}, notes)

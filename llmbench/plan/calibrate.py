@@ -20,16 +20,26 @@ from llmbench.plan.simulator import simulate
 
 @dataclass(frozen=True)
 class Calibration:
+    """`scale` outside FAR (a factor of 5 either way) means the device described is not the one measured."""
+
     scale: float  # simulated GPU time x scale = measured
     request_overhead: float  # seconds
     labels: tuple[str, ...]
     measured_tpot_ms: float
     simulated_tpot_ms: float
 
+    @property
+    def far(self) -> bool:
+        return not FAR[0] <= self.scale <= FAR[1]
+
     def describe(self) -> str:
         return (f"calibrated on {', '.join(self.labels)}: GPU time x{self.scale:.2f} against the priors, "
                 f"{self.request_overhead * 1000:.1f} ms per request (median TPOT {self.measured_tpot_ms:.1f} ms "
                 f"measured, {self.simulated_tpot_ms:.1f} ms simulated)")
+
+
+SCALE_RANGE = (1e-3, 1e4)  # wide enough for a CPU sweep against a GPU's priors, so it is never silently clamped
+FAR = (0.2, 5.0)
 
 
 def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
@@ -65,8 +75,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
             ttfts.append(res.ttft)
         return float(np.median(np.concatenate(tpots))), float(np.median(np.concatenate(ttfts)))
 
-    low, high = 0.05, 20.0
-    for _ in range(16):  # TPOT grows with the scale: bisect in log space (to 0.5 %)
+    low, high = SCALE_RANGE
+    for _ in range(24):  # TPOT grows with the scale: bisect in log space (to 0.5 %)
         mid = (low * high) ** 0.5
         if simulated(mid)[0] < measured_tpot:
             low = mid

@@ -27,6 +27,54 @@ class PlanError(ValueError):
     """A plan that cannot be made; the message carries the numbers behind it."""
 
 
+DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "H100-SXM"
+
+
+def params_text(count: float) -> str:
+    """8.0 B, 39 M: a bundled model is not "0.0 B"."""
+    return f"{count / 1e9:.1f} B" if count >= 1e9 else f"{count / 1e6:.0f} M"
+
+
+def _what_is_planned(req: PlanRequest, folder: Path | None, fitted: bool) -> tuple[PlanRequest, list[str]]:
+    """The model and device the plan is for, never assumed silently: the defaults only without --results (and
+    said); a foreign sweep's model from its own /v1/models root when that is a local checkpoint; its device
+    from --gpu, --measured-gpu or --gpu-spec, else an error that says so."""
+    notes = []
+    model, gpu = req.model, req.gpu
+    if folder is None:
+        if model is None or (gpu is None and req.gpu_spec is None):
+            notes.append(f"planned for {model or DEFAULT_MODEL} on {gpu or DEFAULT_GPU}: "
+                         f"{'the defaults' if model is None and gpu is None else 'a default'} (--model, --gpu)")
+        return replace(req, model=model or DEFAULT_MODEL, gpu=gpu or DEFAULT_GPU), notes
+    if fitted:
+        return replace(req, model=model or DEFAULT_MODEL, gpu=gpu or DEFAULT_GPU), notes
+    if model is None:
+        model = _served_config(folder)
+        if model is None:
+            raise PlanError(f"{folder}: which model did this sweep serve? pass --model (a catalog name or a "
+                            "config.json path)")
+        notes.append(f"model: {model} (the served model's checkpoint, from the results' /v1/models)")
+    if gpu is None and req.gpu_spec is None and req.measured_gpu is None:
+        raise PlanError(f"{folder}: which device did this sweep run on? pass --gpu (or --measured-gpu and --gpu) "
+                        "for a catalog GPU, or --gpu-spec FILE for any other device, a CPU included (name, "
+                        "memory_gb, bandwidth_gb_s, bf16_tflops)")
+    return replace(req, model=model, gpu=gpu or req.measured_gpu), notes
+
+
+def _served_config(folder: Path) -> str | None:
+    from llmbench.results import load_metadata
+
+    try:
+        listed = load_metadata(folder).get("target", {}).get("models") or []
+    except (OSError, ValueError):
+        return None
+    for entry in listed:
+        root = entry.get("root") or entry.get("id")
+        if root and (Path(root) / "config.json").is_file():
+            return str(Path(root) / "config.json")
+    return None
+
+
 @dataclass
 class PlanRequest:
     slo: SLO
@@ -36,11 +84,11 @@ class PlanRequest:
     max_throughput: bool = False
     at_rate: float | None = None
     results: Path | None = None
-    gpu: str = "H100-SXM"
+    gpu: str | None = None  # None: DEFAULT_GPU without --results; with them, the sweep must say (or be fitted)
     gpu_spec: Path | None = None
     measured_gpu: str | None = None  # where the --results sweep ran, when it is not --gpu
     measured_tp: int | None = None
-    model: str = "llama-3.1-8b"
+    model: str | None = None  # None: DEFAULT_MODEL, or the served model's config.json beside --results
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     engine: str = "vllm"
@@ -153,7 +201,7 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
               "kv_capacity_tokens": mem.kv_tokens, "max_model_len": max_len,
               "concurrent_requests_at_mean_length": mem.kv_tokens / (work.mean_prompt + work.mean_output)}
-    how = (f"roofline: {model.name} ({model.params / 1e9:.1f} B params, {model.active_params / 1e9:.1f} B active) on "
+    how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active) on "
            f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
            f"MFU {roof.efficiency.mfu:.2f} / MBU {roof.efficiency.mbu:.2f} ({roof.efficiency.source})")
     setup = search.SimSetup(roof, shape, work, req.seeds, req.requests_per_sim)
@@ -186,9 +234,13 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     model = rep.setup.model.scaled(cal.scale)
     shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
     rep.setup = replace(rep.setup, model=model, shape=shape)
-    on = f"{measured_req.gpu} TP{measured.tp}"
+    on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"
     rep.how += f"; {cal.describe()} on {on}"
     rep.label = "simulated (calibrated)"
+    if cal.far:
+        rep.notes.append(f"the sweep's server took x{cal.scale:.3g} the GPU time the priors give {on}: far from "
+                         "that device, so its memory, bandwidth and KV figures are unlikely to be the measured "
+                         "server's (describe the device with --gpu-spec, or --measured-gpu)")
     rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
                      f"priors) and the per-request overhead ({cal.request_overhead * 1000:.1f} ms); memory, KV capacity, "
                      "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
@@ -304,8 +356,9 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
             "--tensor-parallel-size": rep.tp}
     if req.qps is None:
         plan["simulated"] = sim
-        plan["answer"] = (f"one replica of {rep.tp} GPU(s) sustains {rate:.2f} req/s [{rate * (1 - b):.2f}–"
-                          f"{rate * (1 + b):.2f}] under {req.slo.describe()}")
+        if "measured" not in plan:
+            plan["answer"] = (f"one replica of {rep.tp} GPU(s) sustains {rate:.2f} req/s [{rate * (1 - b):.2f}–"
+                              f"{rate * (1 + b):.2f}] under {req.slo.describe()}")
         return
     replicas = replicas_for(req.qps, rate, req.burst_headroom, req.spares)
     band = [replicas_for(req.qps, rate * (1 + b), req.burst_headroom, req.spares),
@@ -326,11 +379,16 @@ def make_plan(req: PlanRequest) -> dict:
 
         work = req.workload or from_results(folder)
         cap = measured_capacity(folder, req.slo)
+        rep = fitted_replica(req, work, folder)
+        req, said = _what_is_planned(req, folder, rep is not None)
+        plan["estimates"] += said
         _measured_layer(req, plan, cap)
-        rep = fitted_replica(req, work, folder) or calibrated_replica(req, work)
+        rep = rep or calibrated_replica(req, work)
         start = cap["per_replica_rate"] or cap["points"][0]["rate"]
     else:
         work = req.workload
+        req, said = _what_is_planned(req, None, False)
+        plan["estimates"] += said
         rep = catalog_replica(req, work)
         plan["estimates"].append("no results folder: every figure is simulated from the GPU and model catalogs with "
                                  "efficiency priors; bands are the planner's own errors on published results "
@@ -354,6 +412,7 @@ def make_plan(req: PlanRequest) -> dict:
         raise
     if folder and req.mode == "at-rate":
         _measured_at_rate(plan, cap, req.at_rate)
+    _disagreement(plan)
     if "measured" in plan and req.mode == "qps":
         m = plan["measured"]
         plan["answer"] = (f"{m['gpus']} GPUs ({m['replicas']} replicas) for {req.qps:g} QPS under "
@@ -364,6 +423,21 @@ def make_plan(req: PlanRequest) -> dict:
         _replicas_of_fleet(req, rep) * rep.tp)
     _costs(plan, req, gpus_total, work, priced=rep.label != "simulated (fitted)")
     return plan
+
+
+def _disagreement(plan: dict) -> None:
+    """Measured and simulated per-replica rates that disagree beyond the simulated band: said, and the
+    measured one is the answer (it already is: the simulation only fills in what was not measured)."""
+    measured, sim = plan.get("measured") or {}, plan.get("simulated") or {}
+    rate, band = measured.get("per_replica_rate"), sim.get("per_replica_rate_band")
+    if rate is None or not band or band[0] <= rate <= band[1]:
+        return
+    plan["disagreement"] = {"measured": rate, "simulated": sim["per_replica_rate"], "simulated_band": band}
+    plan["estimates"].insert(0, (
+        f"measured {rate:.3g} req/s per replica is outside the simulated band [{band[0]:.3g}–{band[1]:.3g}] "
+        f"(simulated {sim['per_replica_rate']:.3g}, x{sim['per_replica_rate'] / rate:.2g} the measurement): the "
+        "measured figure is the answer; the simulation does not describe this server (check --model, --gpu, "
+        "--engine)"))
 
 
 def _measured_at_rate(plan: dict, cap: dict, rate: float) -> None:

@@ -38,11 +38,16 @@ def throughput_latency(runs: dict[str, list[dict]], slos: dict[str, float], knee
         for i, (name, results) in enumerate(runs.items()):
             x = [r[metric] for r in results]
             y = [r["output_throughput"] for r in results]
-            ax.plot(x, y, marker="o", color=COLORS[i % len(COLORS)], label=name)
+            color = COLORS[i % len(COLORS)]
+            ax.plot(x, y, marker="o", color=color, label=name)
+            for r, xi, yi in zip(results, x, y, strict=True):
+                ax.annotate(_rate_text(r), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=6,
+                            color=color)
             knee = knees.get(name)
             for r in results:
-                if knee is not None and _rates([r])[0] == knee:
-                    ax.plot([r[metric]], [r["output_throughput"]], marker="*", markersize=14, color="black",
+                if knee is not None and _rates([r])[0] == knee:  # a ring around the point, never over it
+                    ax.plot([r[metric]], [r["output_throughput"]], marker="o", markersize=13, markerfacecolor="none",
+                            markeredgecolor="black", linestyle="none",
                             label=f"knee ({name})" if len(runs) > 1 else "knee")
         if slo_key in slos:
             ax.axvline(slos[slo_key], color="crimson", linestyle="--", label=f"SLO {slos[slo_key]:g} ms")
@@ -51,6 +56,11 @@ def throughput_latency(runs: dict[str, list[dict]], slos: dict[str, float], knee
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def _rate_text(result: dict) -> str:
+    rate = result["request_rate"]
+    return "inf" if rate == "inf" else f"{float(rate):g}/s"
 
 
 def percentiles_vs_rate(runs: dict[str, list[dict]]) -> str:
@@ -92,7 +102,7 @@ def cdfs(records: pd.DataFrame) -> str:
 
 def timeline(records: pd.DataFrame, server: pd.DataFrame, chunk_times: list[list[float]], title: str) -> str:
     """In-flight requests and output tokens/s over the run, and the server's queues and KV usage."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), layout="constrained")
     ok = records[records["success"]]
     end = float(max(records["end"].max(), 1.0))
     grid = np.arange(0, end + 1, 0.5)
@@ -105,7 +115,7 @@ def timeline(records: pd.DataFrame, server: pd.DataFrame, chunk_times: list[list
     ax2.plot(np.arange(per_second.size) + 0.5, per_second, color=COLORS[1], label="chunks/s (≈ tokens/s)")
     axes[0].set_xlabel("seconds")
     axes[0].set_ylabel("requests")
-    ax2.set_ylabel("chunks per second")
+    ax2.set_ylabel("chunks/s")
     axes[0].legend(loc="upper left", fontsize=7)
     ax2.legend(loc="upper right", fontsize=7)
     axes[0].set_title(f"{title}: client view ({len(ok)} ok)")
@@ -145,7 +155,7 @@ def tail_ratio(runs: dict[str, list[dict]]) -> str:
     for i, (name, results) in enumerate(runs.items()):
         ratios = [r["p99_ttft_ms"] / r["median_ttft_ms"] if r["median_ttft_ms"] else np.nan for r in results]
         ax.plot(_finite(_rates(results)), ratios, marker="o", color=COLORS[i % len(COLORS)], label=name)
-    ax.axhline(5, color="crimson", linestyle="--", label="5 (runaway queueing)")
+    ax.axhline(5, color="crimson", linestyle="--", label="5x: a long tail (flagged when near the SLO)")
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("P99 / P50 TTFT")
     ax.grid(alpha=0.3)

@@ -1,0 +1,152 @@
+"""The client survives any server: a fault-injecting fake server sends every kind of odd stream, and each odd
+request fails alone with a named cause while the run goes on and writes its result, summary and records."""
+
+import asyncio
+import json
+import threading
+
+import pytest
+from aiohttp import web
+from click.testing import CliRunner
+
+from llmbench.cli import main
+from llmbench.records import read_records
+
+GOOD = b'data: {"choices":[{"index":0,"text":" tok"}],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n'
+BAD_STREAMS = {  # what request i % len() gets, and the cause the client must name
+    "not-json": ([b"data: 42\n\n"], "a malformed stream chunk"),
+    "choices-dict": ([b'data: {"choices":{"a":1}}\n\n'], "a malformed stream chunk"),
+    "usage-string": ([b'data: {"choices":[{"text":"x"}],"usage":"lots"}\n\n'], "a malformed stream chunk"),
+    "bad-utf8": ([b'data: {"choices":[{"text":"\xff\xfe"}]}\n\n'], "a malformed stream chunk"),
+    "huge-line": ([b"data: " + b"x" * (3 * 2**20) + b"\n\n"], None),
+    "stall": ([GOOD % 1], "a stream that stalled (--read-timeout)"),
+}
+KINDS = ["good", "good", *BAD_STREAMS, "short", "miscount"]
+
+
+class FakeServer:
+    """A server that answers the OpenAI API in every wrong way, one kind per request in turn; it guards
+    /metrics with a key and serves /v1/engine/steps of an unknown shape."""
+
+    def __init__(self, key: str | None = None) -> None:
+        self.key, self.count, self.metrics_auth = key, 0, []
+        app = web.Application()
+        async def models(_):
+            return web.json_response({"data": [{"id": "fake", "root": None}]})
+
+        async def steps(_):  # an answer of an unknown shape
+            return web.json_response({"steps": [{}]})
+
+        app.router.add_get("/v1/models", models)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/engine/steps", steps)
+        app.router.add_post("/v1/completions", self.complete)
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(app)
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            self.loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        started.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.metrics_auth.append(request.headers.get("Authorization"))
+        if self.key and request.headers.get("Authorization") != f"Bearer {self.key}":
+            return web.Response(status=401)
+        return web.Response(text="vllm:num_requests_running 1\n")
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        kind = KINDS[self.count % len(KINDS)]
+        self.count += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        n = body["max_tokens"]
+        if kind in BAD_STREAMS:
+            for chunk in BAD_STREAMS[kind][0]:
+                await resp.write(chunk)
+            if kind == "stall":
+                await asyncio.sleep(5)
+        else:
+            sent = 2 if kind == "short" else n
+            for i in range(sent):
+                await resp.write(GOOD % (1 if kind == "miscount" else i + 1))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def start(**kwargs) -> FakeServer:
+        servers.append(FakeServer(**kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_every_odd_stream_fails_alone_and_the_run_is_written(fake, tmp_path, tiny_model):
+    server = fake(key="k3y")
+    out = tmp_path / "odd"
+    total = 3 * len(KINDS)
+    r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--api-key", "k3y", "--tokenizer", str(tiny_model),
+                                  "--rate", "40", "--num-prompts", str(total), "--dataset", "random", "--input-len",
+                                  "8", "--output-len", "6", "--range-ratio", "0", "--read-timeout", "1",
+                                  "--max-failure-rate", "1", "--out", str(out), "--no-progress"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    result = json.loads((out / "rate-40.json").read_text())
+    records = read_records(out / "rate-40.records.jsonl")
+    assert len(records) == total and result["completed"] + result["failed"] == total
+    failed = {r.index % len(KINDS): r.error for r in records if not r.success}
+    for i, kind in enumerate(KINDS):
+        if kind in BAD_STREAMS:
+            assert i in failed, kind
+    summary = result["failure_summary"]
+    assert "a malformed stream chunk" in summary and "stalled" in summary
+    ok = [rec for rec in records if rec.success]
+    assert all(rec.output_tokens is None or rec.output_tokens >= 0 for rec in ok)
+    assert result["output_throughput"] > 0
+    notes = " ".join(result["notes"])
+    assert "reported usage that contradicts their chunks" in notes
+    assert "ended before max_tokens although ignore_eos was sent (e.g. 2 of 6 tokens)" in notes
+    assert "/v1/engine/steps answered steps of an unknown shape" in notes
+    assert (out / "summary.csv").is_file() and (out / "rate-40.server_metrics.jsonl").read_text()
+    assert server.metrics_auth and all(a == "Bearer k3y" for a in server.metrics_auth)  # the scraper sends the key
+
+
+def test_a_results_folder_is_never_mixed(fake, tmp_path, tiny_model):
+    server = fake()
+    out = tmp_path / "once"
+    args = ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "50", "--num-prompts", "4",
+            "--dataset", "random", "--input-len", "8", "--output-len", "3", "--max-failure-rate", "1", "--out",
+            str(out), "--no-progress"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 2 and "already has results for rate-50" in again.output and "--overwrite" in again.output
+    assert CliRunner().invoke(main, [*args, "--overwrite"]).exit_code == 0
+    assert len(read_records(out / "rate-50.records.jsonl")) == 4  # replaced, not appended
+    (out / ".llmbench.lock").write_text("1")  # pid 1 is alive: another run holds the folder
+    busy = CliRunner().invoke(main, [*args[:-3], "--out", str(out), "--rate", "60", "--no-progress"])
+    assert busy.exit_code == 2 and "being written by another llmbench run (pid 1)" in busy.output
+    (out / ".llmbench.lock").write_text("999999999")  # a run that died: its lock is taken over
+    assert CliRunner().invoke(main, [*args[:-3], "--out", str(out), "--rate", "60", "--no-progress"]).exit_code == 0
+    assert not (out / ".llmbench.lock").exists()

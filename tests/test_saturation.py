@@ -1,0 +1,83 @@
+"""The sweep's verdict on servers whose requests last seconds: a scripted server that keeps up although each
+request outlasts the arrival window, one with a finite capacity that truly falls behind, and a window sized
+from the latency measured first."""
+
+import json
+
+from click.testing import CliRunner
+
+from llmbench import metrics, sweep
+from llmbench.cli import main
+
+LONG = ("--dataset", "random", "--random-input-len", "16", "--random-output-len", "100",
+        "--random-range-ratio", "0")
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_long_requests_that_keep_up_are_not_saturated(scripted, tmp_path, tiny_model):
+    """Each request takes ~2.6 s (100 tokens, 25 ms apart) against a 5 s window: the number in flight rises
+    for the whole window only because requests are still running, not because the server fell behind."""
+    server = scripted("--ttft-ms", "100", "--itl-ms", "25")
+    out = tmp_path / "long"
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "8", "--duration", "5",
+               *LONG, "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    row = json.loads((out / "rate-8.json").read_text())
+    assert row["window_short"] is True and row["kept_up"] < sweep.KEPT_UP  # what the old rule called saturated
+    assert row["in_flight_growth"] >= sweep.IN_FLIGHT_GROWTH
+    assert row["saturated"] is None
+    assert "too short to tell a ramp from a backlog" in r.output and "--duration 26" in r.output
+    assert r.output.strip().splitlines()[-1].startswith("sustains 8 req/s per replica")
+
+
+def test_a_server_past_its_capacity_is_saturated(scripted, tmp_path, tiny_model):
+    """Four streams at a time of ~0.6 s each: about 6.5 req/s. Offered 13 req/s, the queue grows with every
+    arrival, and the latency of later arrivals with it."""
+    server = scripted("--ttft-ms", "20", "--itl-ms", "6", "--max-running", "4")
+    out = tmp_path / "behind"
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "13", "--duration", "6",
+               *LONG, "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    row = json.loads((out / "rate-13.json").read_text())
+    assert row["saturated"] and "latency per token rose" in row["saturated"]
+    assert row["kept_up"] < 0.7
+
+
+def test_the_default_sweep_sizes_its_window_from_the_probe(scripted, tmp_path, tiny_model, monkeypatch):
+    """No --duration: the probe's P50 E2E sets the first window (10x; scaled down here to keep the test short)
+    and every rate is measured over it; the rate past the server's capacity is saturated, the other is the
+    answer."""
+    monkeypatch.setattr(sweep, "MIN_WINDOW", 1.0)
+    monkeypatch.setattr(metrics, "WINDOW_E2E_MULTIPLE", 8)
+    server = scripted("--ttft-ms", "20", "--itl-ms", "6", "--max-running", "4")  # ~0.62 s each: ~6.5 req/s
+    out = tmp_path / "auto"
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4,13", *LONG,
+               "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "s of arrivals per rate from here: 8x the P50 E2E of 8 probe requests at once" in r.output
+    first, second = (json.loads((out / f"rate-{x}.json").read_text()) for x in (4, 13))
+    assert 8 * 0.6 <= first["window_s"] <= 8 * 1.3 and first["completed"] == int(4 * first["window_s"])
+    assert not first["saturated"] and second["saturated"]
+    assert r.output.strip().splitlines()[-1].startswith("sustains 4")
+
+
+def test_widen_never_shrinks_and_is_capped(monkeypatch):
+    plan = sweep.SweepPlan([1.0], out=None, auto_window=True)
+    plan.workload.duration = sweep.MIN_WINDOW
+    notes = []
+
+    class View(sweep.View):
+        def note(self, text):
+            notes.append(text)
+
+    sweep._widen(plan, 0.5, "x", View())
+    assert plan.workload.duration == sweep.MIN_WINDOW and not notes
+    sweep._widen(plan, 4.0, "the P50 E2E at 1 req/s", View())
+    assert plan.workload.duration == 40 and "40 s of arrivals per rate" in notes[-1]
+    sweep._widen(plan, 2.0, "x", View())
+    assert plan.workload.duration == 40
+    sweep._widen(plan, 60.0, "x", View())
+    assert plan.workload.duration == sweep.MAX_WINDOW and "capped" in notes[-1]
