@@ -27,12 +27,15 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False), help="JSON describing another GPU.")
 @click.option("--model", help="Catalog model or a config.json path (default llama-3.1-8b without --results; with "
                                "them, the served checkpoint's config.json when it is on this machine).")
-@click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4"]),
+@click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4", "mxfp4"]),
               help="Default: the measured engine's quantization (from --results), else bf16.")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]),
               help="Default: the measured engine's kv_cache_dtype (from --results), else bf16.")
-@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm", "llmbench"]), default="vllm",
-              show_default=True, help="Serving-engine profile: overheads, scheduling, KV accounting.")
+@click.option("--engine", default="vllm", show_default=True,
+              help="Serving-engine profile: vllm, sglang, trtllm, llmbench; vllm@0.6 for an older vLLM's defaults "
+                   "(they change with the version and the GPU).")
+@click.option("--num-scheduler-steps", type=click.IntRange(1),
+              help="vLLM 0.6 multi-step scheduling: new requests join every N steps.")
 @click.option("--max-num-seqs", type=click.IntRange(1))
 @click.option("--max-num-batched-tokens", type=click.IntRange(16))
 @click.option("--max-model-len", type=click.IntRange(16))
@@ -83,6 +86,8 @@ def plan_command(ctx: click.Context, **o) -> None:
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
                                "max_model_len") if o[k] is not None}
+    if o["num_scheduler_steps"] is not None:
+        knobs["scheduler_steps"] = o["num_scheduler_steps"]
     if o["chunked_prefill"] is not None:
         knobs["chunked_prefill"] = o["chunked_prefill"]
     if o["prefix_caching"] is not None:
@@ -97,6 +102,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
             weight_dtype=o["weight_dtype"] or measured.get("weight_dtype", "bf16"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
+            num_requests=o["num_prompts"],
             burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],
             gpus=o["gpus"], price_per_hour=o["price"], prefix_hit_rate=o["prefix_hit_rate"],
             search_knobs=not o["no_search"])
@@ -212,6 +218,11 @@ def print_plan(plan: dict) -> None:
                          f"({r['kv_tokens'] / 1000:,.0f}k)" for r in sim["grid"])
         console.print(f"engine flags simulated (max-num-seqs/max-num-batched-tokens: req/s (KV tokens)): {grid}")
         console.print("recommended: " + " ".join(f"{k} {v}" for k, v in sim["recommended_flags"].items()))
+    point = (plan.get("simulated") or {}).get("point") or {}
+    if point.get("simulated_requests"):
+        asked = "as --num-prompts asked" if plan["setup"].get("exact_requests") else \
+            "enough for a steady state; --num-prompts N simulates a run of N"
+        console.print(f"simulated: {point['simulated_requests']:,} requests ({asked})", highlight=False)
     console.print(f"step model: {plan['setup']['step_model']}", highlight=False)
     console.print(f"workload: {plan['setup']['workload']}", highlight=False)
     for note in plan.get("estimates", []):

@@ -1,10 +1,11 @@
 """A scripted OpenAI-compatible server: known TTFT and token gaps, no model. For testing clients.
 
-    python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1]
+    python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1] [--max-running N]
 
 Each streamed request gets its first chunk `ttft` after its first byte arrived and one chunk every `itl`
 after that (absolute deadlines on the event loop's clock), each carrying `tokens-per-chunk` tokens, until
-`max_tokens`. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
+`max_tokens`. With `--max-running N` at most N streams are served at once and the rest wait in order, so the
+server has a finite capacity (N / request duration) and a sweep can be shown one that truly falls behind. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
 after the request's first byte), so a test can compare what a client measured with what the server did.
 
 It is a measuring instrument, so it is a bare asyncio protocol speaking just enough HTTP/1.1 (keep-alive,

@@ -136,6 +136,15 @@ def _saturated_twice(rows: list[dict]) -> bool:
     return len(rows) >= 2 and bool(rows[-1]["saturated"]) and bool(rows[-2]["saturated"])
 
 
+def _past_the_knee_twice(rows: list[dict], attainment: float) -> bool:
+    """Two rates in a row that missed the SLO while completions lagged arrivals: whether or not a window the
+    ramp filled could call them saturated, higher rates only take longer to say the same."""
+    def past(row: dict) -> bool:
+        lagged = row.get("saturated") or (row.get("kept_up") is not None and row["kept_up"] < KEPT_UP)
+        return bool(lagged) and (row.get("slo_attainment") or 0.0) < attainment
+    return len(rows) >= 2 and past(rows[-1]) and past(rows[-2])
+
+
 def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     """Measure every rate of the plan (or until saturated, interrupted, or the target stops answering)."""
     view = view or View()
@@ -216,6 +225,17 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     elif _saturated_twice(outcome.rows) and plan.stop_when_saturated and index + 1 < len(plan.rates):
         outcome.stop_reason = (f"stopping the sweep: saturated at {outcome.rows[-2]['request_rate']:g} and {rate:g} "
                                f"req/s; at {rate:g}: {row['saturated']}")
+    elif _past_the_knee_twice(outcome.rows, plan.slo.attainment) and plan.stop_when_saturated and \
+            index + 1 < len(plan.rates):
+        before = outcome.rows[-2]
+
+        def share(r: dict, key: str) -> str:
+            return "?" if r.get(key) is None else f"{r[key]:.0%}"
+
+        outcome.stop_reason = (f"stopping the sweep: {before['request_rate']:g} and {rate:g} req/s both missed the SLO "
+                               f"({share(before, 'slo_attainment')}, {share(row, 'slo_attainment')} of requests within "
+                               f"it) while completions lagged arrivals (kept up {share(before, 'kept_up')}, "
+                               f"{share(row, 'kept_up')})")
     if plan.auto_window and not row["saturated"] and row.get("median_e2el_ms"):
         _widen(plan, row["median_e2el_ms"] / 1000, f"the P50 E2E at {rate:g} req/s", view)
     return not (outcome.interrupted or outcome.failure or outcome.stop_reason)

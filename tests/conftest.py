@@ -36,21 +36,17 @@ def hf_tiny(tiny_model):
     return AutoModelForCausalLM.from_pretrained(str(tiny_model)).eval()
 
 
-class InProcessServer:
-    """The engine's aiohttp app on a free 127.0.0.1 port, in a background thread of this process."""
+class ThreadedApp:
+    """An aiohttp app (its runner) on a free 127.0.0.1 port, in a background thread of this process."""
 
-    def __init__(self, llm, **app_kwargs) -> None:
+    def __init__(self, runner) -> None:
         import asyncio
         import threading
 
         from aiohttp import web
 
-        from engine.serve.server import STATE, app_runner, build_app
-
-        self.app = build_app(llm, **app_kwargs)
-        self.state = self.app[STATE]
         self.loop = asyncio.new_event_loop()
-        self.runner = app_runner(self.app)
+        self.runner = runner
         started = threading.Event()
 
         def run() -> None:
@@ -73,6 +69,17 @@ class InProcessServer:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+class InProcessServer(ThreadedApp):
+    """The engine's aiohttp app on a free 127.0.0.1 port, in a background thread of this process."""
+
+    def __init__(self, llm, **app_kwargs) -> None:
+        from engine.serve.server import STATE, app_runner, build_app
+
+        self.app = build_app(llm, **app_kwargs)
+        self.state = self.app[STATE]
+        super().__init__(app_runner(self.app))
 
 
 @pytest.fixture

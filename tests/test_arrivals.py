@@ -77,6 +77,20 @@ def test_capacity_never_above_what_an_overloaded_server_completed():
     assert capacity([{"rate": 5.0, "attainment": 0.5}], slo).rate is None
 
 
+def test_a_sweep_stops_two_rates_past_the_knee():
+    """Two rates that missed the SLO while completions lagged stop the sweep even when a window the ramp filled
+    kept them from being called saturated; one such rate, or two that met the SLO, do not."""
+    from llmbench.sweep import _past_the_knee_twice
+
+    past = {"saturated": None, "kept_up": 0.8, "slo_attainment": 0.7}
+    fine = {"saturated": None, "kept_up": 1.0, "slo_attainment": 1.0}
+    assert _past_the_knee_twice([fine, past, past], 0.99)
+    assert _past_the_knee_twice([past, {"saturated": "2 of 3 requests failed", "kept_up": None,
+                                        "slo_attainment": 0.3}], 0.99)
+    assert not _past_the_knee_twice([past, fine], 0.99) and not _past_the_knee_twice([past], 0.99)
+    assert not _past_the_knee_twice([past | {"slo_attainment": 1.0}, past | {"slo_attainment": 1.0}], 0.99)
+
+
 def test_backlog_from_records():
     """Kept up and growth from what the client saw: a server that keeps pace, and one that falls behind."""
     from llmbench.metrics import backlog

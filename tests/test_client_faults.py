@@ -3,11 +3,11 @@ request fails alone with a named cause while the run goes on and writes its resu
 
 import asyncio
 import json
-import threading
 
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
+from conftest import ThreadedApp
 
 from llmbench.cli import main
 from llmbench.records import read_records
@@ -24,13 +24,14 @@ BAD_STREAMS = {  # what request i % len() gets, and the cause the client must na
 KINDS = ["good", "good", *BAD_STREAMS, "short", "miscount"]
 
 
-class FakeServer:
+class FakeServer(ThreadedApp):
     """A server that answers the OpenAI API in every wrong way, one kind per request in turn; it guards
     /metrics with a key and serves /v1/engine/steps of an unknown shape."""
 
     def __init__(self, key: str | None = None) -> None:
         self.key, self.count, self.metrics_auth = key, 0, []
         app = web.Application()
+
         async def models(_):
             return web.json_response({"data": [{"id": "fake", "root": None}]})
 
@@ -41,23 +42,7 @@ class FakeServer:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/v1/engine/steps", steps)
         app.router.add_post("/v1/completions", self.complete)
-        self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(app)
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]
-            started.set()
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        started.wait(10)
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(web.AppRunner(app))
 
     async def metrics(self, request: web.Request) -> web.Response:
         self.metrics_auth.append(request.headers.get("Authorization"))
@@ -84,10 +69,6 @@ class FakeServer:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ class EngineProfile:
     prefix_caching: bool = True
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
+    defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
 
     def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
         """The simulator's view of this engine with a KV pool of `kv_tokens`."""
@@ -59,8 +60,43 @@ PROFILES = {
 }
 
 
-def profile(name: str) -> EngineProfile:
+LATEST_VLLM = (0, 32)
+V1 = (0, 8)  # vLLM's V1 engine, with defaults that depend on the GPU, from 0.8 on
+
+
+def profile(name: str, gpu=None, max_model_len: int | None = None) -> EngineProfile:
+    """`vllm`, `vllm@0.6.3`, `sglang`, ...: the engine's profile with the defaults that version picks on that
+    GPU (vLLM's change between versions and with the card); the profile's `defaults` says which were used."""
+    base, _, version = name.partition("@")
+    if base not in PROFILES:
+        raise KeyError(f"unknown engine {base!r}; known: {', '.join(PROFILES)} (vllm@VERSION for an older vLLM)")
+    if base != "vllm":
+        if version:
+            raise KeyError(f"engine versions are modelled for vLLM only, not {base!r}")
+        return PROFILES[base]
+    return replace(PROFILES[base], **vllm_defaults(_version(version) if version else LATEST_VLLM, gpu, max_model_len))
+
+
+def _version(text: str) -> tuple[int, int]:
     try:
-        return PROFILES[name]
-    except KeyError:
-        raise KeyError(f"unknown engine {name!r}; known: {', '.join(PROFILES)}") from None
+        parts = [int(p) for p in text.lstrip("v").split(".")[:2]]
+    except ValueError:
+        raise KeyError(f"bad vLLM version {text!r}: use e.g. vllm@0.6.3 or vllm@0.11") from None
+    return (parts + [0])[0], (parts + [0])[1]
+
+
+def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None = None) -> dict:
+    """vLLM's defaults for max_num_seqs, max_num_batched_tokens and chunked prefill (vllm/engine/arg_utils.py):
+    V1 (0.8+) on a card of 70 GiB or more other than an A100 takes 1024 sequences and 8192 tokens a step,
+    elsewhere 256 and 2048, with chunked prefill on; V0 takes 256 sequences and, prefill-first, a step as long
+    as the model's context (at least 2048 tokens)."""
+    name = f"vLLM {version[0]}.{version[1]}"
+    if version < V1:
+        tokens = max(max_model_len or 2048, 2048)
+        return {"max_num_seqs": 256, "max_num_batched_tokens": tokens, "chunked_prefill": False,
+                "defaults": f"{name} (V0): --max-num-seqs 256, --max-num-batched-tokens {tokens}, no chunked prefill"}
+    big = gpu is not None and gpu.memory >= 70 * GiB and "A100" not in gpu.name
+    seqs, tokens = (1024, 8192) if big else (256, 2048)
+    on = f" on {gpu.name}" if gpu is not None else ""
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True,
+            "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

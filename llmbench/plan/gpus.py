@@ -68,6 +68,8 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
          "CoreWeave 2024-02 H100 via Vidur constants", "AIC systems/h100_sxm.yaml"),
     _gpu("H100-PCIe", 80 * GiB, 2000 * GB, 756.5e12, 1513e12, "pcie5", "hopper", None, NONE_PUBLISHED,
          "AIC systems/h100_pcie.yaml"),
+    _gpu("H100-NVL", 94 * GB, 3938 * GB, 835e12, 1671e12, "pcie5", "hopper", None, NONE_PUBLISHED,
+         "NVIDIA H100 datasheet (H100 NVL: 94 GB HBM3, 3.9 TB/s, 835/1,671 dense BF16/FP8 TFLOPS)"),
     _gpu("H200", 141 * GB, 4800 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.75,
          "midpoint of the 2026 range $2.50-7.00", "AIC systems/h200_sxm.yaml"),
     _gpu("B200", 180 * GiB, 7700 * GB, 2250e12, 4500e12, "nvlink5", "blackwell", None, NONE_PUBLISHED,
@@ -78,7 +80,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
 
 ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM", "A100": "A100-80GB",
            "A100-80G": "A100-80GB", "A100-SXM": "A100-80GB", "A100-40G": "A100-40GB", "H200-SXM": "H200",
-           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X", "H100-NVL": "H100-PCIe"}
+           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X"}
 
 
 def _norm(name: str) -> str:

@@ -1,9 +1,8 @@
 """Weights, KV bytes and usable KV memory per replica, accounted as the engine does.
 
-vLLM ("profile"): KV = u·M − weights − activation peak − other, the peak measured by a forward pass over
-`max_num_batched_tokens` tokens. Here the peak is the fp32 logits of that many tokens plus the FFN's widest
-activations (2 bytes each), which reproduces planning.md row E (Llama-3.1-8B: 4.76 GiB; Llama-3.3-70B-FP8 TP2)
-within 4 %. SGLang ("static"): KV = mem_fraction_static·M − weights − other; activations live in the rest.
+vLLM ("profile"): KV = u·M − weights − activation peak − other, the peak measured by a profiling run; it is
+set by the sampler's fp32 logits of `max_num_seqs` rows (`vllm_activation_peak`), not by the batched tokens,
+which reproduces planning.md row E and three other published peaks within 2 %. SGLang ("static"): KV = mem_fraction_static·M − weights − other; activations live in the rest.
 TensorRT-LLM ("free"): KV = free_gpu_memory_fraction · (M − weights − activations − other).
 """
 
@@ -17,7 +16,9 @@ from llmbench.plan.gpus import GPU, GiB
 from llmbench.plan.models import ModelSpec
 
 # int8: per-channel scales are negligible; int4: one fp16 scale and one 4-bit zero per group of 128
-BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.5 / 128}
+# MXFP4 (gpt-oss): 4-bit values and one 8-bit scale per 32 (OCP microscaling)
+BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 2.5 / 128,
+         "mxfp4": 4.25 / 8}
 NCCL_PER_GPU = {1: 0.0, 2: 342e6, 4: 392e6, 8: 392e6}  # AIC NCCL budgets by TP degree
 
 
@@ -44,17 +45,32 @@ def weight_bytes(model: ModelSpec, weight_dtype: str) -> float:
     return (model.params - model.embedding_params) * b + model.embedding_params * 2
 
 
+SAMPLER_PEAK = 9.7  # fp32 logits of max_num_seqs rows, times the copies vLLM's sampler warm-up holds
+
+
 def activation_peak(model: ModelSpec, tokens: int, tp: int) -> float:
+    """A forward pass over `tokens`: fp32 logits of every token and the FFN's widest activations (the
+    TensorRT-LLM engine build's estimate)."""
     ffn = (model.moe_ffn or model.ffn) if model.experts > 1 and not model.dense_layers else model.ffn
     widest = (2 if model.gated_ffn else 1) * ffn / tp + 4 * model.hidden
     return tokens * (4 * model.vocab + 2 * widest)
+
+
+def vllm_activation_peak(model: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+    """vLLM's profiled peak: logits only for the sampled positions (max_num_seqs rows), in fp32, with the
+    sampler's warm-up copies; the forward's own activations are smaller and freed before it. Fitted on row E
+    (Llama-3.1-8B on H100, 1024 sequences: 4.76 GiB), it gives the other published peaks within 2%
+    (llm-d-benchmark config_explorer: Qwen3-0.6B 5.56 GiB, Llama-70B TP2 4.84, gpt-oss-20b 7.38)."""
+    return SAMPLER_PEAK * min(max_num_seqs, max_num_batched_tokens) * model.vocab * 4
 
 
 def plan_memory(model: ModelSpec, gpu: GPU, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                 engine: EngineProfile = PROFILES["vllm"]) -> MemoryPlan:
     weights = weight_bytes(model, weight_dtype) / tp
     acct = engine.kv_accounting
-    activation = activation_peak(model, engine.max_num_batched_tokens, tp) if acct != "static" else 0
+    activation = {"profile": lambda: vllm_activation_peak(model, engine.max_num_seqs, engine.max_num_batched_tokens),
+                  "free": lambda: activation_peak(model, engine.max_num_batched_tokens, tp),
+                  "static": lambda: 0.0}[acct]()
     other = engine.other_memory + NCCL_PER_GPU.get(tp, 392e6)
     u = engine.gpu_memory_utilization
     kv = u * (gpu.memory - weights - activation - other) if acct == "free" else u * gpu.memory - weights - activation - other

@@ -30,6 +30,7 @@ class ModelSpec:
     moe_ffn: int | None = None  # expert FFN size when it differs from `ffn`
     dense_layers: int = 0  # leading dense layers of an MoE model
     mla_kv_dim: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim elements per layer
+    attn_params: float | None = None  # per layer, where the layout is not q/k/v/o of head_dim (MLA)
     total_params: float | None = None  # published counts where the layout is not plain (MLA)
     active_params_published: float | None = None
     sliding_window: int | None = None
@@ -57,7 +58,7 @@ class ModelSpec:
 
     def _count(self, experts_counted: int) -> float:
         h, d = self.hidden, self.head_dim
-        attn = h * self.heads * d + 2 * h * self.kv_heads * d + self.heads * d * h
+        attn = self.attn_params or h * self.heads * d + 2 * h * self.kv_heads * d + self.heads * d * h
         if self.qkv_bias or self.linear_bias:
             attn += self.heads * d + 2 * self.kv_heads * d + (h if self.linear_bias else 0)
         moe_ffn = self.moe_ffn or self.ffn
@@ -156,10 +157,22 @@ LAYOUTS = {
 }
 
 
+# the field names each family's config.json uses for the same quantity, first found wins
+EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")  # Mixtral/gpt-oss, DeepSeek/GLM, Qwen-MoE
+TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+TWO_MATRIX_FFN = ("phi", "gpt2", "starcoder2")  # a plain GELU FFN with biases, Llama-style fields otherwise
+
+
+def _first(cfg: dict, names: tuple[str, ...]):
+    return next((cfg[n] for n in names if cfg.get(n) is not None), None)
+
+
 def model_from_config(path: Path) -> ModelSpec:
     if not path.is_file():
         raise KeyError(f"{path}: no such config.json")
     cfg = json.loads(path.read_text())
+    if isinstance(cfg.get("text_config"), dict):  # vision-language models nest their language model
+        cfg = {**cfg, **cfg["text_config"]}
     kind = cfg.get("model_type", "")
     layout = kind if kind in LAYOUTS else "llama"
     if kind == "falcon":  # older Falcon configs use n_layer / n_head
@@ -195,18 +208,31 @@ def model_from_config(path: Path) -> ModelSpec:
 
 
 def _llama(path: Path, cfg: dict) -> ModelSpec:
+    """Llama, Mistral, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3, gpt-oss, GLM-4.x, Gemma, Phi: one
+    layout, each family's own names for the MoE fields; the dense layers of an MoE model (DeepSeek's and
+    GLM's `first_k_dense_replace`, Qwen-MoE's `mlp_only_layers`) keep the dense FFN."""
     heads = cfg["num_attention_heads"]
+    kind = cfg.get("model_type", "")
+    experts = _first(cfg, EXPERTS) or 1
+    dense = cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
     spec = ModelSpec(
         name=path.parent.name, layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        ffn=cfg["intermediate_size"], vocab=cfg["vocab_size"], tied=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=cfg.get("model_type") == "qwen2" or bool(cfg.get("attention_bias")),
-        experts=cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 1,
-        top_k=cfg.get("num_experts_per_tok") or 1, shared_experts=cfg.get("n_shared_experts") or 0,
-        moe_ffn=cfg.get("moe_intermediate_size"), dense_layers=cfg.get("first_k_dense_replace") or 0,
+        ffn=cfg["intermediate_size"], vocab=cfg["vocab_size"],
+        tied=bool(cfg.get("tie_word_embeddings", kind.startswith("gemma"))),
+        qkv_bias=kind in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias")),
+        gated_ffn=kind not in TWO_MATRIX_FFN, linear_bias=kind in TWO_MATRIX_FFN,
+        experts=experts, top_k=_first(cfg, TOP_K) or 1 if experts > 1 else 1,
+        shared_experts=cfg.get("n_shared_experts") or round((cfg.get("shared_expert_intermediate_size") or 0) / (
+            cfg.get("moe_intermediate_size") or cfg["intermediate_size"])),
+        moe_ffn=cfg.get("moe_intermediate_size"), dense_layers=dense,
         sliding_window=cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
         max_positions=cfg.get("max_position_embeddings", 4096),
     )
-    if cfg.get("kv_lora_rank"):
-        spec = replace(spec, mla_kv_dim=cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 64))
+    if cfg.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): low-rank q and kv projections
+        h, rope, nope = cfg["hidden_size"], cfg.get("qk_rope_head_dim", 64), cfg.get("qk_nope_head_dim", 128)
+        rank, q_rank, v = cfg["kv_lora_rank"], cfg.get("q_lora_rank"), cfg.get("v_head_dim", 128)
+        q = h * q_rank + q_rank * heads * (nope + rope) if q_rank else h * heads * (nope + rope)
+        attn = q + h * (rank + rope) + rank * heads * (nope + v) + heads * v * h
+        spec = replace(spec, mla_kv_dim=rank + rope, head_dim=nope + rope, attn_params=attn)
     return spec

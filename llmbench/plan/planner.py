@@ -102,6 +102,7 @@ class PlanRequest:
     search_knobs: bool = True
     seeds: tuple[int, ...] = (0, 1, 2)
     requests_per_sim: int = 600
+    num_requests: int | None = None  # --num-prompts: the run asked about has exactly this many requests
 
     @property
     def mode(self) -> str:
@@ -172,17 +173,18 @@ class Replica:
     band: dict  # relative half-widths by kind: throughput, latency, memory
     memory: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    kv_tokens: Callable[[int], int] | None = None  # KV pool for a --max-num-batched-tokens (the knob grid)
+    kv_tokens: Callable[[int, int], int] | None = None  # KV pool for --max-num-seqs and --max-num-batched-tokens
 
 
 def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
     try:
         gpu = gpus.gpu_from_spec(req.gpu_spec) if req.gpu_spec else gpus.gpu(req.gpu)
         model = models.model(req.model)
-        engine = engines.profile(req.engine).with_knobs(**req.knobs)
+        max_len = req.knobs.get("max_model_len") or min(model.max_positions, max(work.max_tokens, 1))
+        engine = engines.profile(req.engine, gpu, max_len).with_knobs(
+            **{k: v for k, v in req.knobs.items() if k != "max_model_len"})
     except KeyError as err:
         raise PlanError(str(err.args[0])) from None
-    max_len = req.knobs.get("max_model_len") or min(model.max_positions, max(work.max_tokens, 1))
     if work.max_tokens > max_len:
         raise PlanError(f"the workload has requests of {work.max_tokens} tokens, over --max-model-len {max_len}")
     kw = {"weight_dtype": req.weight_dtype, "kv_dtype": req.kv_dtype, "engine": engine}
@@ -204,16 +206,20 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
     how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active) on "
            f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
            f"MFU {roof.efficiency.mfu:.2f} / MBU {roof.efficiency.mbu:.2f} ({roof.efficiency.source})")
-    setup = search.SimSetup(roof, shape, work, req.seeds, req.requests_per_sim)
+    setup = search.SimSetup(roof, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
+                            req.num_requests is not None)
     cls = bands.setup_class(model, mem.tp)
     band_note = f"bands: the largest errors on published {cls} setups (`llmbench plan validate`)"
 
-    def kv_tokens(budget: int) -> int:
-        return plan_memory(model, gpu, mem.tp, **kw | {"engine": engine.with_knobs(max_num_batched_tokens=budget)}
-                           ).kv_tokens
+    def kv_tokens(seqs: int, budget: int) -> int:
+        grid_engine = engine.with_knobs(max_num_seqs=seqs, max_num_batched_tokens=budget)
+        return plan_memory(model, gpu, mem.tp, **kw | {"engine": grid_engine}).kv_tokens
 
-    return Replica(setup, mem.tp, how, "simulated (priors)", bands.for_setup(model, mem.tp), memory,
-                   [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls])))],
+    notes = [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls])))]
+    if engine.defaults:
+        given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
+        notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
+    return Replica(setup, mem.tp, how, "simulated (priors)", bands.for_setup(model, mem.tp), memory, notes,
                    kv_tokens)
 
 
@@ -268,7 +274,8 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
                        step_model, shape)
         shape = replace(shape, client_overhead=fit_client_overhead(ok["ttft"].to_numpy(), res.ttft))
     rel = max(step_model.rel_error, 0.05)
-    setup = search.SimSetup(step_model, shape, work, req.seeds, req.requests_per_sim)
+    setup = search.SimSetup(step_model, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
+                            req.num_requests is not None)
     return Replica(setup, req.gpus_per_replica or 1, f"fitted on {len(steps)} engine steps (median error {rel:.1%})",
                    "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "memory": 0.0},
                    {"kv_capacity_tokens": kv_tokens})
@@ -397,13 +404,17 @@ def make_plan(req: PlanRequest) -> dict:
         start = max(rep.memory["kv_capacity_tokens"] / mean / 20, 0.5)
     plan["setup"] = {"step_model": rep.how, "label": rep.label, "workload": work.source,
                      "mean_prompt_tokens": work.mean_prompt, "mean_output_tokens": work.mean_output,
-                     "engine": req.engine, "knobs": req.knobs, "bands": rep.band}
+                     "engine": req.engine, "knobs": req.knobs, "bands": rep.band,
+                     "exact_requests": req.num_requests is not None}
     if rep.memory:
         plan["memory"] = rep.memory
         if "kv_gib_per_gpu" in rep.memory:
             plan["figures"].append(_figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", "estimated",
                                            rep.band.get("memory")))
     plan["estimates"] += rep.notes
+    if "bundled tokenizer" in work.source and req.model and not Path(req.model).exists():
+        plan["estimates"].append(f"lengths counted with the bundled tokenizer, not {req.model}'s (pass --tokenizer "
+                                 "DIR with the model's tokenizer: output lengths differ between tokenizers)")
     try:
         answer(req, rep, plan, start)
     except PlanError as err:

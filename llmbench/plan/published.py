@@ -35,7 +35,7 @@ class Case:
 
 KIND = {"output_throughput": "throughput", "request_throughput": "throughput", "kv_gib_per_gpu": "memory",
         "weights_gib_per_gpu": "memory"}
-VLLM_060 = {"chunked_prefill": False, "scheduler_steps": 10}
+VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
 # trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
 TRTLLM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000, (1000, 1000): 3000,
@@ -49,11 +49,11 @@ CASES = [
          {"median_e2el_ms": 2175, "median_ttft_ms": 35.68, "median_tpot_ms": 17.85}, requests=2400),
     Case("A", f"{ROW_A}, SGLang 0.3, offline", "llama-3.1-8b", "A100-80GB", 1, "sglang", "max", 0,
          {"output_throughput": 4281.5}, requests=2500),
-    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, 4 req/s", "llama-3.1-8b", "A100-80GB", 1, "vllm", "rate", 4,
+    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, 4 req/s", "llama-3.1-8b", "A100-80GB", 1, "vllm@0.6", "rate", 4,
          {"median_e2el_ms": 1692, "median_ttft_ms": 100.48, "median_tpot_ms": 14.14}, requests=1200, knobs=VLLM_060),
-    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, 8 req/s", "llama-3.1-8b", "A100-80GB", 1, "vllm", "rate", 8,
+    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, 8 req/s", "llama-3.1-8b", "A100-80GB", 1, "vllm@0.6", "rate", 8,
          {"median_e2el_ms": 2137, "median_ttft_ms": 120.39, "median_tpot_ms": 17.09}, requests=2400, knobs=VLLM_060),
-    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, offline", "llama-3.1-8b", "A100-80GB", 1, "vllm", "max", 0,
+    Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, offline", "llama-3.1-8b", "A100-80GB", 1, "vllm@0.6", "max", 0,
          {"output_throughput": 4132.4}, requests=2500, knobs=VLLM_060),
     *[Case("B", f"B: Llama-3.1-8B FP8, 1x{gpu}, TensorRT-LLM, {isl}/{osl}, max throughput", "llama-3.1-8b", gpu, 1,
            "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl])
@@ -86,7 +86,7 @@ def sharegpt_row_a(base: Workload) -> Workload:
 
 def predict(case: Case, sharegpt: Workload | None) -> dict:
     model, gpu = models.model(case.model), gpus.gpu(case.gpu)
-    engine = engines.profile(case.engine).with_knobs(**case.knobs)
+    engine = engines.profile(case.engine, gpu).with_knobs(**case.knobs)
     mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
     if case.mode == "memory":
         return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}

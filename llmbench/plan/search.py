@@ -21,6 +21,18 @@ class SimSetup:
     work: Workload
     seeds: tuple[int, ...] = (0, 1, 2)
     requests: int = 600
+    exact: bool = False  # `requests` is the run asked about (--num-prompts): simulate that many, ramp and drain
+
+    def count(self, rate: float | None = None, concurrency: int | None = None) -> int:
+        """Requests to simulate: the number asked for, else enough for a steady state (a queue needs time to
+        build before its P99 means anything)."""
+        if self.exact:
+            return self.requests
+        if concurrency is not None:
+            return max(self.requests, 4 * concurrency)
+        if rate is not None:
+            return int(min(max(self.requests, rate * MIN_SECONDS), MAX_REQUESTS))
+        return max(self.requests, 1000)
 
     def with_shape(self, **changes) -> SimSetup:
         return replace(self, shape=replace(self.shape, **changes))
@@ -41,7 +53,7 @@ def _merge(results: list[SimResult], slo: SLO | None) -> dict:
 def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[int, ...] | None = None) -> dict:
     """Poisson arrivals at `rate` req/s: percentiles averaged over seeds, attainment of `slo`."""
     results = []
-    n = int(min(max(setup.requests, rate * MIN_SECONDS), MAX_REQUESTS))
+    n = setup.count(rate=rate)
     for seed in seeds or setup.seeds:
         rng = np.random.default_rng(seed)
         prompts, outputs = setup.work.sample(n, rng)
@@ -50,25 +62,28 @@ def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[i
         if len(res.ttft) < n:
             raise ValueError(f"the simulation did not finish all requests at {rate:g} req/s")
         results.append(res)
-    return _merge(results, slo) | {"rate": rate}
+    return _merge(results, slo) | {"rate": rate, "simulated_requests": n}
 
 
 def at_concurrency(setup: SimSetup, concurrency: int, slo: SLO | None = None) -> dict:
-    """Closed loop: `concurrency` requests in flight; the first `concurrency` (started together) are warm-up."""
+    """Closed loop: `concurrency` requests in flight; the first `concurrency` (started together) are warm-up,
+    unless the run asked about is a given number of requests, all of them measured (as a benchmark counts)."""
     results = []
-    n = max(setup.requests, 4 * concurrency)
+    n = setup.count(concurrency=concurrency)
+    warm = 0 if setup.exact else concurrency
     for seed in setup.seeds:
-        prompts, outputs = setup.work.sample(n + concurrency, np.random.default_rng(seed))
+        prompts, outputs = setup.work.sample(n + warm, np.random.default_rng(seed))
         res = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=concurrency)
-        results.append(res.without_first(concurrency))
-    return _merge(results, slo) | {"concurrency": concurrency}
+        results.append(res.without_first(warm))
+    return _merge(results, slo) | {"concurrency": concurrency, "simulated_requests": n}
 
 
 def max_throughput(setup: SimSetup, requests: int | None = None) -> dict:
     """Every request sent at once (vLLM's rate=inf, trtllm-bench): includes the drain tail."""
-    n = requests or max(setup.requests, 1000)
+    n = requests or setup.count()
     prompts, outputs = setup.work.sample(n, np.random.default_rng(setup.seeds[0]))
-    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None)
+    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None) | {
+        "simulated_requests": n}
 
 
 def meets(setup: SimSetup, rate: float, slo: SLO, seeds: tuple[int, ...] | None = None) -> tuple[bool, dict]:
@@ -96,14 +111,15 @@ def capacity(setup: SimSetup, slo: SLO, start: float, tolerance: float = 0.05,
 GRID = {"max_num_seqs": (128, 256, 512), "max_num_batched_tokens": (2048, 8192)}
 
 
-def knob_grid(setup: SimSetup, slo: SLO, start: float, kv_tokens: Callable[[int], int] | None = None) -> list[dict]:
+def knob_grid(setup: SimSetup, slo: SLO, start: float,
+              kv_tokens: Callable[[int, int], int] | None = None) -> list[dict]:
     """Capacity under the SLO for each engine setting in GRID (one seed, 10 % tolerance): only what was
-    simulated is recommended. `kv_tokens(budget)` is the KV pool an engine that profiles its activation peak
-    at `--max-num-batched-tokens` keeps (None: the pool does not depend on it)."""
+    simulated is recommended. `kv_tokens(max_num_seqs, budget)` is the KV pool an engine that profiles its
+    activation peak with those settings keeps (None: the pool does not depend on them)."""
     rows = []
     for seqs in GRID["max_num_seqs"]:
         for budget in GRID["max_num_batched_tokens"]:
-            kv = kv_tokens(budget) if kv_tokens else setup.shape.kv_capacity_tokens
+            kv = kv_tokens(seqs, budget) if kv_tokens else setup.shape.kv_capacity_tokens
             trial = setup.with_shape(max_num_seqs=seqs, max_num_batched_tokens=budget, kv_capacity_tokens=kv)
             rate = capacity(trial, slo, start, 0.1, setup.seeds[:1])
             rows.append({"--max-num-seqs": seqs, "--max-num-batched-tokens": budget, "kv_tokens": kv, "rate": rate})
