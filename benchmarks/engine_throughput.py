@@ -32,13 +32,15 @@ from engine.llm import LLM  # noqa: E402
 from llmbench.datasets import sharegpt  # noqa: E402
 
 
-def fp32_ceiling() -> float:
-    """This machine's fp32 matmul FLOP/s now: the faster of F.linear and a pre-packed oneDNN GEMM on 2048³
-    (engine.md measured 175 GFLOP/s with F.linear on an AVX2-only VM)."""
+def matmul_ceiling(dtype: str = "float32") -> float:
+    """This machine's matmul FLOP/s now in `dtype` on 2048³: for fp32 the faster of F.linear and a pre-packed
+    oneDNN GEMM (engine.md measured 175 GFLOP/s with F.linear on an AVX2-only VM); bf16 through F.linear
+    (oneDNN with AMX where the CPU has it)."""
     import torch.nn.functional as F
 
-    x, w = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    packed = torch.ops.mkldnn._reorder_linear_weight(w, None) if torch.backends.mkldnn.is_available() else None
+    x, w = torch.randn(2048, 2048, dtype=getattr(torch, dtype)), torch.randn(2048, 2048, dtype=getattr(torch, dtype))
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None) if torch.backends.mkldnn.is_available() and \
+        dtype == "float32" else None
     best = float("inf")
     for fn in [lambda: F.linear(x, w)] + ([lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")]
                                           if packed is not None else []):
@@ -119,9 +121,9 @@ import json, sys, time
 from vllm import LLM, SamplingParams, TokensPrompt
 
 if __name__ == "__main__":  # vLLM spawns its engine-core process, which re-imports this file
-    model, path = sys.argv[1], sys.argv[2]
+    model, path, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
     reqs = json.load(open(path))
-    llm = LLM(model=model, dtype="float32", max_model_len=2048, seed=0)
+    llm = LLM(model=model, dtype=dtype, max_model_len=2048, seed=0)
     params = [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True) for _, o in reqs]
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in reqs]
     llm.generate(prompts[:1], [SamplingParams(temperature=0, max_tokens=4)], use_tqdm=False)
@@ -131,7 +133,7 @@ if __name__ == "__main__":  # vLLM spawns its engine-core process, which re-impo
 """
 
 
-def run_vllm(python: str, model_dir: Path, reqs) -> float:
+def run_vllm(python: str, model_dir: Path, reqs, dtype: str = "float32") -> float:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "reqs.json"
         data.write_text(json.dumps(reqs))
@@ -142,8 +144,8 @@ def run_vllm(python: str, model_dir: Path, reqs) -> float:
         env = {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                "THP_MEM_ALLOC_ENABLE": "1",
                "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PATH": "/usr/bin:/bin"}
-        proc = subprocess.run([python, str(script), str(model_dir), str(data)], capture_output=True, text=True,
-                              env=env)
+        proc = subprocess.run([python, str(script), str(model_dir), str(data), dtype], capture_output=True,
+                              text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"vLLM failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-3:]}")
     return float(next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ELAPSED")))
@@ -172,7 +174,8 @@ def flops(model_dir: Path, reqs) -> float:
 @click.option("--vllm-python", help="Python of a virtual environment with vllm-cpu installed (optional peer).")
 @click.option("--model-size", default="small", show_default=True, help="Bundled model size to build and run.")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--dtype", default="float32", show_default=True)
+@click.option("--dtype", default="float32", show_default=True,
+              help="auto: what the engine's --dtype auto picks for this model here (vLLM and transformers get it too).")
 @click.option("--kv-cache-memory", default=4 * 2**30, show_default=True, type=int)
 @click.option("--sdpa-ablation/--no-sdpa-ablation", default=True, show_default=True,
               help="CPU: also run continuous batching with gather + SDPA decodes instead of the C++ kernel.")
@@ -191,6 +194,12 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
         nano_vllm_workload(vocab, num_prompts, seed, nano_max_len)
     n_in = sum(len(p) for p, _ in reqs)
     n_out = sum(o for _, o in reqs)
+    if dtype == "auto":
+        from engine import cpu_dtype
+
+        cfg = json.loads((model_dir / "config.json").read_text())
+        dtype, why = cpu_dtype.resolve("auto", torch.device(device), cfg["hidden_size"], cfg["intermediate_size"])
+        print(f"--dtype auto: {dtype} ({why})")
     where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory,
              "max_num_batched_tokens": max_num_batched_tokens}
     configs = {"engine continuous": {"max_num_seqs": 256}}
@@ -209,7 +218,7 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
         runs[f"transformers generate (batch {bs})"] = run_transformers(model_dir, hf_reqs, bs, device, dtype) * hf_scale
     if vllm_python:
         try:
-            runs["vLLM CPU offline"] = run_vllm(vllm_python, model_dir, reqs)
+            runs["vLLM CPU offline"] = run_vllm(vllm_python, model_dir, reqs, dtype)
         except RuntimeError as err:  # a peer failing must not lose what was measured
             print(err)
             vllm_python = None
@@ -217,8 +226,12 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     best_hf = min((t for k, t in runs.items() if k.startswith("transformers")), default=None)
     cont = runs["engine continuous"]
     gpu = f", {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
+    from engine.cpu_dtype import cpu_flags
+
+    isa = [f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2") if f in cpu_flags()]
     print(f"\nmachine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}{gpu}")
+          f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}{gpu}; "
+          f"ISA {', '.join(isa) or 'unknown'}")
     what = "ShareGPT requests (vLLM rules" if workload == "sharegpt" else "nano-vllm requests (lengths 100..1024"
     print(f"workload: {num_prompts} {what}, seed {seed}), {n_in} prompt + {n_out} output "
           f"tokens, {model_size} model {dtype} on {device}, ignore_eos\n")
@@ -232,10 +245,13 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
         if step["host_ms_full_decode"] is not None:
             print(f"{name}: host time per decode step with a full batch {step['host_ms_full_decode']:.2f} ms")
     achieved = flops(model_dir, reqs) / cont
-    ceiling = fp32_ceiling() if device == "cpu" else None
+    ceilings = {d: matmul_ceiling(d) for d in dict.fromkeys(["float32", dtype])} if device == "cpu" else {}
+    if ceilings:
+        print("matmul ceilings now (2048³): " + ", ".join(f"{d} {c / 1e9:.0f} GFLOP/s" for d, c in ceilings.items()))
+    ceiling = ceilings.get(dtype)
     print(f"\nengine continuous: {achieved / 1e9:.0f} GFLOP/s"
-          + (f" = {achieved / ceiling:.0%} of this machine's {ceiling / 1e9:.0f} GFLOP/s fp32 matmul ceiling "
-             "(measured now, best of F.linear and oneDNN)" if ceiling else ""))
+          + (f" = {achieved / ceiling:.0%} of this machine's {ceiling / 1e9:.0f} GFLOP/s {dtype} matmul ceiling "
+             "(measured now)" if ceiling else ""))
     for name, t in runs.items():
         if name.startswith("engine static"):
             print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 2)")
@@ -244,7 +260,7 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     if best_hf:
         print(f"continuous / best transformers: {best_hf / cont:.2f}× (target ≥ 3)")
     if vllm_python:
-        print(f"continuous / vLLM CPU: {runs['vLLM CPU offline'] / cont:.2f}× (aim ≥ 1)")
+        print(f"continuous / vLLM CPU, both {dtype}: {runs['vLLM CPU offline'] / cont:.2f}× (aim ≥ 1)")
 
 
 if __name__ == "__main__":

@@ -215,8 +215,9 @@ def _shape_matches(folder: Path, size: str) -> bool:
     target, keep = DRAFTS.get(size, (size, None))
     want = SIZES[target]
     layers = keep or want.num_hidden_layers
-    return (config.get("hidden_size"), config.get("intermediate_size"), config.get("num_hidden_layers")) == (
-        want.hidden_size, want.intermediate_size, layers)
+    fields = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    return tuple(config.get(f) for f in fields) == (want.hidden_size, want.intermediate_size, layers,
+                                                     want.num_attention_heads, want.num_key_value_heads)
 
 
 def build_layer_skip_draft(source: Path, out: Path, keep_layers: int) -> Path:

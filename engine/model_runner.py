@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from engine import cpu_dtype
 from engine.config import CPU_KV_AUTO_BYTES, EngineConfig
 from engine.layers.onednn_linear import pack_model
 from engine.loader import CheckpointError, ModelConfig, load_weights
@@ -51,7 +52,11 @@ class ModelRunner:
         self.model_cfg = model_cfg
         self.device = torch.device(config.device)
         self.uploader = Uploader(self.device)
-        self.dtype = DTYPES[config.dtype]
+        chosen, self.dtype_choice = cpu_dtype.resolve(
+            config.dtype, self.device, model_cfg.hidden_size, model_cfg.intermediate_size,
+            quantized=bool(config.quantization or model_cfg.quantization))
+        self.dtype = DTYPES[chosen]
+        log.info("dtype %s (%s)", chosen, self.dtype_choice)
         self.block_size = config.block_size
         self.backend = resolve_backend(config.attention_backend, self.device)
         with self.device:

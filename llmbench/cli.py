@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from llmbench import __version__
+from llmbench import __version__, cli_options
 from llmbench.cli_gate import gate_command
 from llmbench.cli_plan import plan_command
 from llmbench.cli_run import build_plan, common_options, execute, finish
@@ -47,14 +47,22 @@ def sweep(ctx: click.Context, rate: str, **opts) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="HTML file (default: report.html in the folder, or ./report.html for several folders).")
 @click.option("--title", help="Page title.")
-def report(folders: tuple[str, ...], output: str | None, title: str | None) -> None:
-    """Write one self-contained HTML report of one or more results folders (overlaid when several)."""
+@cli_options.add(cli_options.SLO_FLAGS)
+def report(folders: tuple[str, ...], output: str | None, title: str | None, slo: str | None,
+           goodput: tuple[str, ...], attainment: float) -> None:
+    """Write one self-contained HTML report of one or more results folders (overlaid when several); --slo
+    judges them against another SLO than the one they were measured with (from the per-request records)."""
     from llmbench.report import build_report
     from llmbench.results import REPORT
+    from llmbench.slo import SLOError, parse_slo
 
+    try:
+        stated = parse_slo(slo or list(goodput), attainment) if slo or goodput or attainment != 0.99 else None
+    except SLOError as err:
+        raise click.BadParameter(str(err), param_hint="--slo") from None
     output = output or str(Path(folders[0]) / REPORT if len(folders) == 1 else REPORT)
     try:
-        click.echo(f"report: {build_report(list(folders), output, title)}")
+        click.echo(f"report: {build_report(list(folders), output, title, stated)}")
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 

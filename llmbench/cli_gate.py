@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
+from llmbench import cli_options, gate_ratio
 from llmbench import gate as g
-from llmbench import gate_ratio
 
 
 @click.command("gate", epilog="Exit codes: 0 pass; 1 a regression beyond tolerance and significant; 2 unusable "
@@ -34,14 +34,13 @@ from llmbench import gate_ratio
 @click.option("--candidate-url", help="Ratio mode: an external candidate server instead.")
 @click.option("--reference-url", help="Ratio mode: an external reference server instead.")
 @click.option("--model", help="Ratio mode: model for the bundled engines (folder), or the name to request.")
-@click.option("--dataset", default="sharegpt", show_default=True)
+@cli_options.add(cli_options.DATASET)
 @click.option("--dataset-option", multiple=True, help="Ratio mode: KEY=VALUE for the dataset builder.")
-@click.option("--num-prompts", default=32, show_default=True)
 @click.option("--rounds", default=2, show_default=True, help="Ratio mode: A B rounds.")
 @click.option("--rate", default="inf", show_default=True)
-def gate_command(baseline, current, max_regression, confidence, update_baseline, allow_inconclusive, summary_path, junit_path, ratio,
-                 name, candidate, reference, candidate_url, reference_url, model, dataset, dataset_option,
-                 num_prompts, rounds, rate) -> None:
+def gate_command(baseline, current, max_regression, confidence, update_baseline, allow_inconclusive, summary_path,
+                 junit_path, ratio, name, candidate, reference, candidate_url, reference_url, model, dataset_option,
+                 rounds, rate, **workload) -> None:
     """Fail CI on a performance regression that is beyond tolerance and statistically significant."""
     try:
         tolerances = g.parse_tolerances(max_regression)
@@ -49,8 +48,12 @@ def gate_command(baseline, current, max_regression, confidence, update_baseline,
         raise click.BadParameter(str(err), param_hint="--max-regression") from None
     if ratio:
         summary_path = summary_path or str(Path(baseline).parent / "gate-summary.md")
+        workload["dataset"] = cli_options.dataset_choice(workload)
+        options = cli_options.dataset_options(workload)
+        options |= dict(_kv(o) for o in dataset_option)
         code = _ratio(baseline, update_baseline, tolerances, confidence, name, candidate, reference, candidate_url,
-                      reference_url, model, dataset, dataset_option, num_prompts, rounds, rate, summary_path)
+                      reference_url, model, workload["dataset"], options, workload["num_prompts"] or 32, rounds,
+                      rate, summary_path, workload["seed"])
         sys.exit(code)
     if current is None:
         raise click.UsageError("--current is required (or use --ratio)")
@@ -75,7 +78,7 @@ def gate_command(baseline, current, max_regression, confidence, update_baseline,
 
 
 def _ratio(baseline, update, tolerances, confidence, name, candidate, reference, candidate_url, reference_url,
-           model, dataset, dataset_option, num_prompts, rounds, rate, summary_path) -> int:
+           model, dataset, options, num_prompts, rounds, rate, summary_path, seed) -> int:
     from llmbench.arrivals import parse_rate
 
     path = Path(baseline)
@@ -88,10 +91,9 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
             click.echo(f"Error: {path} has no pair {name!r} (it has {', '.join(pairs)})", err=True)
             return 2
     try:
-        options = dict(_kv(o) for o in dataset_option)
         sides = [gate_ratio.Side("reference", reference_url, gate_ratio.parse_flags(reference)),
                  gate_ratio.Side("candidate", candidate_url, gate_ratio.parse_flags(candidate))]
-        measured = gate_ratio.measure(sides, dataset, options, num_prompts, rounds, model, parse_rate(rate))
+        measured = gate_ratio.measure(sides, dataset, options, num_prompts, rounds, model, parse_rate(rate), seed)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     current = gate_ratio.ratios(measured, "candidate", "reference", list(tolerances), confidence)
@@ -123,7 +125,7 @@ def _ratio(baseline, update, tolerances, confidence, name, candidate, reference,
 def _kv(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep:
-        raise ValueError(f"bad --dataset-option {text!r}: use KEY=VALUE")
+        raise click.BadParameter(f"{text!r}: use KEY=VALUE", param_hint="--dataset-option")
     for cast in (int, float):
         try:
             return key, cast(value)

@@ -27,7 +27,7 @@ DATASET_FLAGS = {
     "max_turns": (("multi-turn",), "max_turns"),
 }
 
-WORKLOAD = [
+DATASET = [
     click.option("--dataset", type=click.Choice(datasets.NAMES),
                  help="Workload (default sharegpt; random when only --input-len is given)."),
     click.option("--dataset-path", help="ShareGPT JSON/JSONL or your own JSONL (jsonl dataset)."),
@@ -41,8 +41,11 @@ WORKLOAD = [
     click.option("--input-mean", type=float, help="synthetic: mean input tokens."),
     click.option("--output-mean", type=float, help="synthetic: mean output tokens."),
     click.option("--max-turns", type=click.IntRange(1), help="multi-turn: user turns per conversation."),
-    click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder (default: the served model's, if local)."),
     click.option("--seed", default=0, show_default=True),
+]
+WORKLOAD = [  # the dataset, and how its tokens are counted and where its defaults come from
+    *DATASET,
+    click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder (default: the served model's, if local)."),
     click.option("--scenario", help="Bundled scenario name or YAML path (flags given here win)."),
 ]
 

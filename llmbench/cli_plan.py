@@ -186,10 +186,11 @@ def measured_dtypes(folder: Path) -> dict[str, str]:
 
 
 def print_plan(plan: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from llmbench.live import terminal
+
+    console = terminal()  # wide when piped: a band is never cut at 80 columns
     console.print(f"[bold]{plan.get('answer', '')}[/]")
     cost = plan.get("cost", {})
     if "usd_per_hour" in cost:
@@ -205,7 +206,8 @@ def print_plan(plan: dict) -> None:
                       + (f" / {per:.3g} req/s per replica" if per else "")
                       + f", rounded up, + {plan['spares']} spare replica(s) (--burst-headroom, --spares)",
                       highlight=False)
-    table = Table(title=f"why — {plan['slo_text']}")
+    table = Table(title="why — every request at once" if plan.get("question") == "max-throughput" else
+                  f"why — {plan['slo_text']}")
     for col in ("figure", "value", "band", "label"):
         table.add_column(col, justify="right" if col in ("value", "band") else "left")
     for f in plan["figures"]:

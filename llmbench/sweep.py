@@ -157,8 +157,7 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     with results.claimed(plan.out), open_target(plan.base_url, plan.model, plan.engine_flags, log,
                                                 plan.api_key) as target:
         if plan.overwrite:
-            results.clear_labels(plan.out, [results.label_for(r, plan.max_concurrency, plan.users)
-                                            for r in plan.rates])
+            results.clear_labels(plan.out, [outcome_label(plan, r) for r in plan.rates])
         tokenizer, tokenizer_id, fallback = load_tokenizer(plan.tokenizer, target)
         notes = [f"no local tokenizer for {target.model!r}: lengths are counted with the bundled model's tokenizer "
                  "(pass --tokenizer DIR for exact lengths)"] if fallback else []
@@ -171,6 +170,14 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
             for index, rate in enumerate(plan.rates):
                 if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
                     break
+                if _too_short_to_trust(plan, outcome.rows[-1]):
+                    view.note(f"measuring {rate:g} req/s again over {plan.workload.duration:g} s: it met the SLO, but "
+                              "its window was too short to tell whether completions lagging arrivals "
+                              f"({outcome.rows[-1]['kept_up']:.0%}) was the ramp or a backlog")
+                    outcome.rows.pop()
+                    results.clear_labels(plan.out, [outcome_label(plan, rate)])
+                    if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
+                        break
         except KeyboardInterrupt:  # between runs (a run itself ends cleanly on Ctrl-C, marked interrupted)
             outcome.interrupted = True
             hold_interrupts()
@@ -192,7 +199,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         results.write_metadata(plan.out, _metadata(plan, target, info, tokenizer_id))
         for text in info.notes:
             view.note(text)
-    files = results.RunFiles(plan.out, results.label_for(rate, plan.max_concurrency, plan.users))
+    files = results.RunFiles(plan.out, outcome_label(plan, rate))
     why_not = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else None
     if why_not and (not outcome.rows or outcome.rows[-1]["prefix_cache_reset"]):  # once, and when it stops working
         view.note(f"prefix cache not reset before each rate ({why_not}): a rate may find prompts an earlier one "
@@ -239,6 +246,19 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     if plan.auto_window and not row["saturated"] and row.get("median_e2el_ms"):
         _widen(plan, row["median_e2el_ms"] / 1000, f"the P50 E2E at {rate:g} req/s", view)
     return not (outcome.interrupted or outcome.failure or outcome.stop_reason)
+
+
+def outcome_label(plan: SweepPlan, rate: float) -> str:
+    return results.label_for(rate, plan.max_concurrency, plan.users)
+
+
+def _too_short_to_trust(plan: SweepPlan, row: dict) -> bool:
+    """A rate the answer could rest on (it met the SLO) whose window the ramp filled while completions lagged
+    arrivals: a sweep that sizes its windows measures it again over the longer window its latency asks for."""
+    return bool(plan.auto_window and row.get("window_short") and not row.get("saturated")
+                and row.get("kept_up") is not None and row["kept_up"] < KEPT_UP
+                and (row.get("slo_attainment") or 0.0) >= plan.slo.attainment
+                and (row.get("window_s") or 0) < plan.workload.duration)
 
 
 def _probe(plan: SweepPlan, target: Target, tokenizer, view: View) -> None:

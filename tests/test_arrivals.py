@@ -91,6 +91,20 @@ def test_a_sweep_stops_two_rates_past_the_knee():
     assert not _past_the_knee_twice([past | {"slo_attainment": 1.0}, past | {"slo_attainment": 1.0}], 0.99)
 
 
+def test_a_rate_the_answer_could_rest_on_is_measured_again_when_its_window_was_short():
+    from llmbench.sweep import SweepPlan, _too_short_to_trust
+
+    plan = SweepPlan([20.0], out=None, auto_window=True)
+    plan.workload.duration = 31
+    row = {"window_short": True, "saturated": None, "kept_up": 0.83, "slo_attainment": 1.0, "window_s": 15}
+    assert _too_short_to_trust(plan, row)
+    assert not _too_short_to_trust(plan, row | {"kept_up": 0.95})  # kept up: nothing to doubt
+    assert not _too_short_to_trust(plan, row | {"slo_attainment": 0.9})  # missed the SLO: not the answer anyway
+    assert not _too_short_to_trust(plan, row | {"window_s": 31})  # no longer window to measure it over
+    plan.auto_window = False  # the user's --duration is honoured
+    assert not _too_short_to_trust(plan, row)
+
+
 def test_backlog_from_records():
     """Kept up and growth from what the client saw: a server that keeps pace, and one that falls behind."""
     from llmbench.metrics import backlog

@@ -84,3 +84,19 @@ def test_the_sweep_bar_has_no_eta_the_rate_bar_has_one():
         assert tasks["rate 1 of up to 8"].fields["eta"] is False and tasks["1 req/s done"].fields["eta"] is True
     finally:
         view.close()
+
+
+def test_report_and_gate_take_the_same_flags(scripted, tmp_path, tiny_model):
+    """`report --slo` judges a folder after the fact (from its records); gate's ratio mode takes the workload
+    flags of run, and a malformed one is refused before anything is measured."""
+    server = scripted("--ttft-ms", "5", "--itl-ms", "1")
+    out = tmp_path / "r"
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "5,10", "--duration",
+               "2", "--output-len", "4", "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    r = invoke("report", str(out), "-o", str(tmp_path / "strict.html"), "--slo", "ttft=1ms")
+    assert r.exit_code == 0, r.output
+    assert "No rate met the SLO (P99 TTFT &lt;= 1 ms)" in (tmp_path / "strict.html").read_text()
+    r = invoke("gate", "--ratio", "--baseline", str(tmp_path / "ratio.json"), "--update-baseline", "--input-len",
+               "8", "--output-len", "2", "--dataset-option", "oops")
+    assert r.exit_code == 2 and "--dataset-option" in r.output and "KEY=VALUE" in r.output

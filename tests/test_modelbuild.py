@@ -53,3 +53,20 @@ def test_cli_help_and_errors(tiny_model):
     assert result.exit_code == 2 and "No such option" in result.output
     result = runner.invoke(main, ["model", "build", "--size", "tiny"])
     assert result.exit_code == 0 and result.output.strip() == str(tiny_model)
+
+
+def test_a_cached_build_of_an_older_shape_is_rebuilt(tmp_path, tiny_model):
+    """The tiny model went from 4 heads of 16 to 2 of 32 (vLLM's attention needs head_dim >= 32): a folder
+    built from the older definition, same hidden size and layers, must not be reused."""
+    import json
+    import shutil
+
+    from bundled.modelbuild import SIZES, build_model
+
+    old = tmp_path / "llmbench-tiny"
+    shutil.copytree(tiny_model, old)
+    config = json.loads((old / "config.json").read_text()) | {"num_attention_heads": 4, "num_key_value_heads": 2}
+    (old / "config.json").write_text(json.dumps(config))
+    rebuilt = json.loads((build_model("tiny", old) / "config.json").read_text())
+    assert rebuilt["num_attention_heads"] == SIZES["tiny"].num_attention_heads == 2
+    assert rebuilt["hidden_size"] // rebuilt["num_attention_heads"] >= 32

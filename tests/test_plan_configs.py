@@ -82,6 +82,12 @@ def test_every_family_reads_to_its_published_size(name, tmp_path):
         assert spec.experts == 1
 
 
+def test_parameter_counts_print_for_small_models():
+    from llmbench.plan.planner import params_text
+
+    assert params_text(38.9e6) == "39 M" and params_text(8.03e9) == "8.0 B"
+
+
 def test_moe_and_mla_details(tmp_path):
     def read(name):
         path = tmp_path / f"{name}.json"

@@ -25,6 +25,9 @@ def test_the_simulated_request_count_is_the_one_asked(tmp_path):
                        "512", "--output-len", "128", "--num-prompts", "200")
     assert burst["simulated"]["point"]["simulated_requests"] == 200
     assert "simulated: 200 requests (as --num-prompts asked)" in text
+    figures = {f["name"]: f for f in burst["figures"]}  # a burst's latencies, with bands, means beside them
+    assert {"mean TTFT", "P50 TTFT", "P99 TTFT", "mean TPOT", "P99 E2EL"} <= set(figures)
+    assert all("band" in figures[name] for name in ("mean TTFT", "P99 TTFT"))
     steady, text = plan(tmp_path, "--max-throughput", "--model", "llama-3.1-8b", "--gpu", "H100", "--input-len",
                         "512", "--output-len", "128")
     assert steady["simulated"]["point"]["simulated_requests"] == 1000 and "steady state" in text

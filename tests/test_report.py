@@ -50,6 +50,18 @@ def sweep_dirs(tmp_path_factory, tiny_model):
 def test_sweep_writes_report(sweep_dirs):
     page = (sweep_dirs[0] / "report.html").read_text()
     assert "<svg" in page and "rate-4" in page and "rate-8" in page
+    assert ">4/s<" in page and ">8/s<" in page  # each point of the throughput/latency plots says its rate
+    assert "queueing has run away" not in page  # every request met the SLO: no alarm that says otherwise
+
+
+def test_the_tail_is_flagged_only_where_it_matters():
+    from llmbench.report.html import tail_warning
+
+    long_tail = {"label": "rate-5", "median_ttft_ms": 12.0, "p99_ttft_ms": 179.0, "slo_attainment": 1.0}
+    assert tail_warning(long_tail, {"ttft": 2000.0}) is None  # 15x the median, 9% of the bound, all met the SLO
+    near = long_tail | {"p99_ttft_ms": 1500.0}
+    assert "75% of the 2000 ms TTFT bound" in tail_warning(near, {"ttft": 2000.0})
+    assert tail_warning(long_tail | {"slo_attainment": 0.9}, {"ttft": 2000.0}) is not None
 
 
 def test_report_escapes_and_is_self_contained(sweep_dirs, tmp_path):

@@ -146,6 +146,7 @@ def test_embedded_engine_and_results_api(tmp_path, tiny_model):
     r = invoke("run", "--model", str(tiny_model), "--num-prompts", "6", "--rate", "inf", "--output-len", "8",
                "--out", str(out), "--no-progress")
     assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"note: starting the bundled engine ({tiny_model})")  # not 14 s of silence
     results = load_results(out)
     assert results[0]["completed"] == 6 and results[0]["model_id"] == "llmbench-tiny"
     assert results[0]["prefix_cache_reset"] is True and "prefix cache not reset" not in r.output

@@ -81,3 +81,33 @@ def test_widen_never_shrinks_and_is_capped(monkeypatch):
     assert plan.workload.duration == 40
     sweep._widen(plan, 60.0, "x", View())
     assert plan.workload.duration == sweep.MAX_WINDOW and "capped" in notes[-1]
+
+
+def test_a_dead_target_is_not_a_saturated_server(scripted, tmp_path, tiny_model):
+    """The target is killed during the second rate: that rate is 'target down', left out of the answer, the
+    sweep exits 3, and the answer says the server (not the load) ended it."""
+    import threading
+    import time
+
+    server = scripted("--ttft-ms", "5", "--itl-ms", "5")
+    out = tmp_path / "dead"
+
+    def kill_during_the_second_rate() -> None:
+        deadline = time.time() + 60
+        records = out / "rate-20.records.jsonl"
+        while time.time() < deadline and not (records.is_file() and len(records.read_text().splitlines()) >= 5):
+            time.sleep(0.05)
+        server.stop()
+
+    killer = threading.Thread(target=kill_during_the_second_rate)
+    killer.start()
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "10,20", "--duration", "4",
+               "--output-len", "10", "--out", str(out), "--no-progress")
+    killer.join()
+    assert r.exit_code == 3, r.output
+    second = json.loads((out / "rate-20.json").read_text())
+    assert second["target_down"] is True and not second["saturated"]
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("the target stopped answering at 20 req/s (that rate is not counted); before it: "
+                           "sustains 10 req/s"), last
+    assert "try --rate" not in last and "target down" in r.output

@@ -218,7 +218,9 @@ async def health(request: web.Request) -> web.Response:
 
 async def version(request: web.Request) -> web.Response:
     llm: LLM = request.app[STATE]["engine"].llm
-    config = asdict(llm.config) | {"max_model_len": llm.max_model_len, "num_kv_blocks": llm.runner.num_blocks,
+    config = asdict(llm.config) | {"dtype": str(llm.runner.dtype).removeprefix("torch."),
+                                   "dtype_choice": llm.runner.dtype_choice,
+                                   "max_model_len": llm.max_model_len, "num_kv_blocks": llm.runner.num_blocks,
                                    "attention_backend": llm.runner.backend,
                                    "kv_cache_torch_dtype": str(llm.runner.kv_dtype).removeprefix("torch."),
                                    "quantization_info": asdict(llm.runner.quant) if llm.runner.quant else None,

@@ -291,18 +291,21 @@ def _figure(name: str, value: float, unit: str, label: str, band: float | None) 
 
 def _latency_figures(point: dict, rep: Replica) -> list[dict]:
     figs = []
+    names = {"mean": "mean", "median": "P50", "p90": "P90", "p99": "P99"}
     for metric in ("ttft", "tpot", "itl", "e2el"):
-        for pct in ("median", "p90", "p99"):
+        for pct, name in names.items():
             key = f"{pct}_{metric}_ms"
             if key in point:
-                figs.append(_figure(f"{pct.upper() if pct != 'median' else 'P50'} {metric.upper()}", point[key], "ms",
-                                    rep.label, rep.band["latency"]))
+                figs.append(_figure(f"{name} {metric.upper()}", point[key], "ms", rep.label, rep.band["latency"]))
     return figs
 
 
 def _throughput_figures(point: dict, rep: Replica, per: str) -> list[dict]:
+    """Completions over the whole simulated run, its drain after the last arrival included (as a benchmark
+    divides), so at a rate the server keeps up with they come out below the rate offered."""
     return [_figure(f"output tokens/s {per}", point["output_throughput"], "tok/s", rep.label, rep.band["throughput"]),
-            _figure(f"requests/s {per}", point["request_throughput"], "req/s", rep.label, rep.band["throughput"])]
+            _figure(f"requests/s {per} (drain included)", point["request_throughput"], "req/s", rep.label,
+                    rep.band["throughput"])]
 
 
 def _replicas_of_fleet(req: PlanRequest, rep: Replica) -> int:
@@ -337,7 +340,7 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
         return
     if req.mode == "max-throughput":
         point = search.max_throughput(setup)
-        figures += _throughput_figures(point, rep, "per replica")
+        figures += _throughput_figures(point, rep, "per replica") + _latency_figures(point, rep)
         plan["simulated"] = {"point": point, "replicas": fleet}
         plan["answer"] = (f"maximum throughput on {where}: {point['output_throughput'] * fleet:,.0f} output tok/s, "
                           f"{point['request_throughput'] * fleet:.2f} req/s (±{rep.band['throughput']:.0%}; every "

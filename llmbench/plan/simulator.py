@@ -48,6 +48,7 @@ class SimResult:
     def summary(self) -> dict:
         out = {}
         for metric, values in (("ttft", self.ttft), ("tpot", self.tpot), ("itl", self.itl), ("e2el", self.e2el)):
+            out[f"mean_{metric}_ms"] = float(np.mean(values) * 1000) if len(values) else 0.0
             for p in PERCENTILES:
                 key = f"{'median' if p == 50 else f'p{p}'}_{metric}_ms"
                 out[key] = float(np.percentile(values, p) * 1000) if len(values) else 0.0

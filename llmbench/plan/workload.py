@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,10 +75,16 @@ def from_dataset(name: str, options: dict, num_prompts: int = 1000, tokenizer: s
     from llmbench import datasets
 
     hf_logging.set_verbosity_error()
+    if sys.stderr.isatty():  # the first plan in a fresh home tokenizes for 15-35 s: say so, once
+        print(f"counting the {name} sample's tokens ({num_prompts} requests; cached for the next plan)...",
+              file=sys.stderr, flush=True)
     requests, info = datasets.build(name, AutoTokenizer.from_pretrained(tok_path), num_prompts, seed, **options)
     who = "bundled tokenizer" if tokenizer is None else f"tokenizer {tok_path}"
+    # a trace's timestamps are not replayed here: its lengths are, at the rate the question gives
+    description = info.description.replace(" (trace timestamps)", "; timestamps not replayed: arrivals are "
+                                                                   "Poisson at the rate asked")
     work = Workload(np.array([r.prompt_len for r in requests]), np.array([r.output_len for r in requests]),
-                    f"{info.description} ({len(requests)} requests, {who})")
+                    f"{description} ({len(requests)} requests, {who})")
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.savez(cache, prompts=work.prompts, outputs=work.outputs, source=work.source)
     return work

@@ -113,7 +113,8 @@ def comparison(runs: dict[str, list[dict]]) -> list[dict]:
     return tables
 
 
-def build_report(folders: list[Path | str], out: Path | str, title: str | None = None) -> Path:
+def build_report(folders: list[Path | str], out: Path | str, title: str | None = None,
+                 slo: SLO | None = None) -> Path:
     folders = [Path(f) for f in folders]
     runs: dict[str, list[dict]] = {}
     metas, records, plans = {}, {}, {}
@@ -128,7 +129,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
         plan_path = folder / "plan.json"
         if plan_path.is_file():
             plans[name] = json.loads(plan_path.read_text())
-    slo = run_slo(next(iter(metas.values())), next(iter(runs.values())))
+    slo = slo or run_slo(next(iter(metas.values())), next(iter(runs.values())))
     slos = slo.bounds
     answers = {name: answer(results, records[name], slo) for name, results in runs.items()}
     knees = {name: knee for name, (_, knee) in answers.items()}

@@ -1,0 +1,45 @@
+"""`--dtype auto` follows the machine: bf16 only where the CPU has bf16 instructions and it times faster on the
+model's own shape, fp32 elsewhere; the choice and why are in /version."""
+
+import torch
+
+from engine import cpu_dtype
+
+
+def test_no_bf16_instructions_means_float32(monkeypatch):
+    monkeypatch.setattr(cpu_dtype, "cpu_flags", lambda: {"avx2", "fma"})
+    chosen, why = cpu_dtype.resolve("auto", torch.device("cpu"), 512, 1408)
+    assert chosen == "float32" and "no bf16 instructions" in why
+
+
+def test_the_choice_is_timed_on_the_models_shape(monkeypatch):
+    """With the flags, whichever measures faster by the margin wins: a made-up clock makes bf16 win, then lose."""
+    monkeypatch.setattr(cpu_dtype, "cpu_flags", lambda: {"amx_bf16"})
+    for bf16_seconds, expected in ((0.1, "bfloat16"), (0.95, "float32")):
+        cpu_dtype._DECIDED.clear()
+        monkeypatch.setattr(cpu_dtype, "median_seconds",
+                            lambda fn, x, s=bf16_seconds: s if x.dtype == torch.bfloat16 else 1.0)
+        chosen, why = cpu_dtype.resolve("auto", torch.device("cpu"), 512, 1408)
+        assert chosen == expected and "amx_bf16" in why and "[1408x512]" in why
+    cpu_dtype._DECIDED.clear()
+
+
+def test_narrow_models_stay_float32(monkeypatch):
+    monkeypatch.setattr(cpu_dtype, "cpu_flags", lambda: {"amx_bf16"})
+    assert cpu_dtype.resolve("auto", torch.device("cpu"), 64, 192)[0] == "float32"  # the tiny model
+
+
+def test_asked_quantized_and_cuda():
+    assert cpu_dtype.resolve("float32", torch.device("cpu"), 512, 1408) == ("float32", "as asked (--dtype)")
+    assert cpu_dtype.resolve("auto", torch.device("cpu"), 512, 1408, quantized=True)[0] == "float32"
+    assert cpu_dtype.resolve("auto", torch.device("cuda"), 512, 1408)[0] == "bfloat16"
+
+
+def test_version_says_what_was_chosen(tiny_model, serve_engine):
+    import requests
+
+    from engine.llm import LLM
+
+    server = serve_engine(LLM(tiny_model, kv_cache_memory=16 * 2**20))
+    config = requests.get(server.url + "/version", timeout=10).json()["config"]
+    assert config["dtype"] in ("float32", "bfloat16") and config["dtype_choice"].startswith("auto")
