@@ -195,7 +195,7 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     n_in = sum(len(p) for p, _ in reqs)
     n_out = sum(o for _, o in reqs)
     if dtype == "auto":
-        from engine import cpu_dtype
+        from engine.layers import cpu_dtype
 
         cfg = json.loads((model_dir / "config.json").read_text())
         dtype, why = cpu_dtype.resolve("auto", torch.device(device), cfg["hidden_size"], cfg["intermediate_size"])
@@ -226,7 +226,7 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     best_hf = min((t for k, t in runs.items() if k.startswith("transformers")), default=None)
     cont = runs["engine continuous"]
     gpu = f", {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
-    from engine.cpu_dtype import cpu_flags
+    from engine.layers.cpu_dtype import cpu_flags
 
     isa = [f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2") if f in cpu_flags()]
     print(f"\nmachine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "

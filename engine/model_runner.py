@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from engine import cpu_dtype
 from engine.config import CPU_KV_AUTO_BYTES, EngineConfig
+from engine.layers import cpu_dtype
 from engine.layers.onednn_linear import pack_model
 from engine.loader import CheckpointError, ModelConfig, load_weights
 from engine.models.llama import LlamaForCausalLM

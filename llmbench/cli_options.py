@@ -17,14 +17,20 @@ import click
 from llmbench import datasets
 
 # CLI option -> (datasets it applies to, the dataset builder's keyword)
+TRACES = ("azure", "burstgpt", "mooncake")
 DATASET_FLAGS = {
-    "dataset_path": (("sharegpt", "multi-turn", "jsonl"), "path"),
+    "dataset_path": (("sharegpt", "multi-turn", "jsonl", *TRACES), "path"),
     "input_len": (("random",), "input_len"),
     "output_len": (("sharegpt", "multi-turn", "random", "jsonl"), "output_len"),
     "range_ratio": (("random",), "range_ratio"),
     "input_mean": (("synthetic",), "input_mean"),
     "output_mean": (("synthetic",), "output_mean"),
     "max_turns": (("multi-turn",), "max_turns"),
+    "time_scale": (TRACES, "time_scale"),
+    "trace_start": (TRACES, "trace_start"),
+    "trace_duration": (TRACES, "trace_duration"),
+    "model_filter": (("burstgpt",), "model_filter"),
+    "block_size": (("mooncake",), "block_size"),
 }
 
 DATASET = [
@@ -41,6 +47,12 @@ DATASET = [
     click.option("--input-mean", type=float, help="synthetic: mean input tokens."),
     click.option("--output-mean", type=float, help="synthetic: mean output tokens."),
     click.option("--max-turns", type=click.IntRange(1), help="multi-turn: user turns per conversation."),
+    click.option("--time-scale", type=click.FloatRange(0, min_open=True),
+                 help="Traces (azure, burstgpt, mooncake): replay this many times as fast (2 = twice)."),
+    click.option("--trace-start", type=click.FloatRange(0), help="Traces: seconds after the first arrival to start at."),
+    click.option("--trace-duration", type=click.FloatRange(0, min_open=True), help="Traces: seconds of the trace."),
+    click.option("--model-filter", help="burstgpt: only the rows of this Model."),
+    click.option("--block-size", type=click.IntRange(1), help="mooncake: tokens per hash id (512; Bailian 16, WEKA 64)."),
     click.option("--seed", default=0, show_default=True),
 ]
 WORKLOAD = [  # the dataset, and how its tokens are counted and where its defaults come from
@@ -87,8 +99,8 @@ def dataset_options(opts: dict, chosen: dict | None = None) -> dict:
             raise click.UsageError(f"--{flag.replace('_', '-')} does not apply to the {name} dataset (it applies to "
                                    f"{fits})")
         out[keyword] = opts[flag]
-    if name == "jsonl" and not out.get("path"):
-        raise click.UsageError("the jsonl dataset needs --dataset-path FILE (one JSON object a line)")
+    if name in ("jsonl", *TRACES) and not out.get("path"):
+        raise click.UsageError(f"the {name} dataset needs --dataset-path FILE")
     if out.get("path") and not Path(out["path"]).is_file():
         raise click.BadParameter(f"{out['path']}: no such dataset file", param_hint="--dataset-path")
     return out

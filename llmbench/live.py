@@ -121,6 +121,8 @@ def row_line(row: dict) -> str:
 
 
 def _sent(row: dict) -> str:
+    if row.get("schedule") == "trace":
+        return f"sent {row['achieved_rate']:.2f}/s on the trace's own schedule"
     if row["request_rate"] == "inf":
         return "sent all at once" if not row.get("max_concurrency") else f"sent as {row['max_concurrency']} slots freed"
     return f"sent {row['achieved_rate']:.2f}/s"

@@ -21,6 +21,7 @@ class RequestRecord:
     chunk_tokens: list[int | None] = field(default_factory=list)  # from continuous usage, when sent
     prompt_len: int = 0  # client-side count; replaced by usage.prompt_tokens when returned
     expected_output_len: int = 0
+    expected_prompt_len: int = 0  # the client's (or the trace's) count, kept when the server reports its own
     output_tokens: int | None = None  # usage.completion_tokens
     success: bool = False
     status: int | None = None

@@ -20,6 +20,7 @@ from llmbench.records import RecordWriter, RequestRecord
 from llmbench.results import RunFiles
 from llmbench.scrape import Scraper, spec_decode_summary
 
+TOKEN_DISAGREEMENT = 0.02  # median |server - client| / client prompt tokens above this is said
 DEAD_TARGET_FAILURES = 10  # consecutive connection failures that end a run early
 WARM_CONNECTIONS = 32
 PROGRESS_INTERVAL = 0.5
@@ -197,7 +198,8 @@ class Run:
     async def _turn(self, req: Request, scheduled: float, messages: list[dict] | None, dispatched: float = 0.0,
                     warmup: bool = False) -> str | None:
         record = RequestRecord(index=self.next_index, scheduled=scheduled, dispatched=dispatched,
-                               prompt_len=req.prompt_len, expected_output_len=req.output_len, warmup=warmup,
+                               prompt_len=req.prompt_len, expected_output_len=req.output_len,
+                               expected_prompt_len=req.prompt_len, warmup=warmup,
                                conversation_id=req.conversation_id, turn=req.turn)
         self.next_index += 1
         self.in_flight[record.index] = record
@@ -260,6 +262,12 @@ def _stream_notes(ok: list[RequestRecord], ignore_eos: bool) -> list[str]:
     if ignored:
         notes.append(f"{len(ignored)} request(s) reported usage that contradicts their chunks (fewer tokens than "
                      "chunks, or a count that went back): their tokens were counted from the chunks")
+    counted = [(r.prompt_len, r.expected_prompt_len) for r in ok if r.expected_prompt_len and r.turn == 0]
+    if counted:
+        gap = float(np.median([abs(server - client) / client for server, client in counted]))
+        if gap > TOKEN_DISAGREEMENT:
+            notes.append(f"the server counted prompts {gap:.1%} apart from the client's count (median; a chat "
+                         "template or another tokenizer): lengths are the server's in the figures")
     short = [r for r in ok if ignore_eos and r.expected_output_len and metrics.output_tokens(r) < r.expected_output_len]
     if short:
         r = short[0]

@@ -116,8 +116,13 @@ class Scraper:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self.available:
-            await self.scrape_once()
+        if self.available:  # the last point, after every request: written too, not only kept
+            file = self.out.open("a", encoding="utf-8") if self.out else None
+            try:
+                await self.scrape_once(file)
+            finally:
+                if file:
+                    file.close()
 
 
 def spec_decode_summary(points: list[dict]) -> dict[str, float]:

@@ -214,6 +214,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     body["saturated"] = None if run.interrupted or run.target_down else saturation(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
     body["target_down"] = run.target_down
+    body["schedule"] = "trace" if requests and all(r.timestamp is not None for r in requests) else "rate"
     body["window_s"] = plan.workload.duration if math.isfinite(rate) else None
     body["prefix_cache_reset"] = plan.reset_prefix_cache and why_not is None
     row = results.write_result(files, body)

@@ -3,7 +3,7 @@ model's own shape, fp32 elsewhere; the choice and why are in /version."""
 
 import torch
 
-from engine import cpu_dtype
+from engine.layers import cpu_dtype
 
 
 def test_no_bf16_instructions_means_float32(monkeypatch):

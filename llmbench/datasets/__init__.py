@@ -31,11 +31,13 @@ class DatasetInfo:
     notes: list[str] = field(default_factory=list)  # worth telling the user (a damaged dataset file)
 
 
-NAMES = ("sharegpt", "random", "synthetic", "shared-prefix", "multi-turn", "jsonl")
+NAMES = ("sharegpt", "random", "synthetic", "shared-prefix", "multi-turn", "jsonl", "azure", "burstgpt", "mooncake")
 
 
 def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> tuple[list[Request], DatasetInfo]:
     """Build `num_requests` requests of dataset `name`; options are the dataset's own flags."""
+    from functools import partial
+
     from llmbench.datasets import (
         jsonl,
         multi_turn,
@@ -43,6 +45,7 @@ def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> 
         shared_prefix,
         sharegpt_requests,
         synthetic,
+        traces,
     )
 
     builders = {
@@ -52,6 +55,7 @@ def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> 
         "shared-prefix": shared_prefix.build,
         "multi-turn": multi_turn.build,
         "jsonl": jsonl.build,
+        **{fmt: partial(traces.build, fmt) for fmt in traces.FORMATS},
     }
     if name not in builders:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}")

@@ -1,0 +1,136 @@
+"""Public production traces, replayed at their own timestamps: Azure LLM inference, BurstGPT and Mooncake.
+
+    azure     CSV  TIMESTAMP (e.g. 2023-11-16 18:17:03.9799600), ContextTokens, GeneratedTokens
+                   [NumImages: the 2025 multimodal variant; read and said to be ignored]
+    burstgpt  CSV  Timestamp (s), Session ID, Elapsed time, Model, Request tokens, Response tokens,
+                   Total tokens, Log Type; rows with 0 response tokens are failures: skipped and counted
+    mooncake  JSONL  timestamp (ms), input_length, output_length, hash_ids (one id per block of
+                   --block-size tokens, 512 in Mooncake's traces; 16 in Bailian's, 64 in WEKA's)
+
+The traces publish lengths, not text: each prompt is synthesized with the target's tokenizer to the trace's
+length. Mooncake's equal hash ids become identical token blocks, so a server's prefix cache sees the sharing
+the trace recorded. `time_scale` divides the gaps (2: twice as fast); `trace_start` and `trace_duration` (s,
+from the first arrival) cut a window out of a day.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmbench.datasets import DatasetError, DatasetInfo, Request
+from llmbench.datasets.text import count_tokens, random_text_of_length, word_vocab
+
+FORMATS = ("azure", "burstgpt", "mooncake")
+AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT = ("Timestamp", "Model", "Request tokens", "Response tokens")
+MOONCAKE = ("timestamp", "input_length", "output_length")
+
+
+def build(fmt: str, tokenizer, num_requests: int, seed: int = 0, path: str | None = None, time_scale: float = 1.0,
+          trace_start: float = 0.0, trace_duration: float | None = None, model_filter: str | None = None,
+          block_size: int = 512) -> tuple[list[Request], DatasetInfo]:
+    if not path:
+        raise DatasetError(f"the {fmt} dataset needs --dataset-path FILE")
+    file = Path(path)
+    if not file.is_file():
+        raise DatasetError(f"{file}: no such dataset file")
+    if time_scale <= 0:
+        raise DatasetError(f"--time-scale must be positive, got {time_scale}")
+    rows, notes = {"azure": _azure, "burstgpt": _burstgpt, "mooncake": _mooncake}[fmt](file, model_filter)
+    rows = rows.sort_values("t", kind="stable")
+    rows["t"] = (rows["t"] - rows["t"].iloc[0]) if len(rows) else rows["t"]
+    window = (rows["t"] >= trace_start) & ((rows["t"] < trace_start + trace_duration) if trace_duration else True)
+    rows = rows[window]
+    if num_requests:
+        rows = rows.head(num_requests)
+    if rows.empty:
+        raise DatasetError(f"{file}: no requests in the window asked (--trace-start {trace_start:g}, "
+                           f"--trace-duration {trace_duration})")
+    requests = [_request(tokenizer, row, (float(row.t) - trace_start) / time_scale, block_size, seed + i)
+                for i, row in enumerate(rows.itertuples())]
+    span = requests[-1].timestamp
+    description = (f"{fmt} trace {file.name}: {len(requests)} requests over {span:.1f} s"
+                   + (f" ({time_scale:g}x speed)" if time_scale != 1 else "") + ", replayed at its timestamps")
+    options = {"path": str(file), "time_scale": time_scale, "trace_start": trace_start,
+               "trace_duration": trace_duration, "model_filter": model_filter, "block_size": block_size}
+    return requests, DatasetInfo(fmt, description, options, notes)
+
+
+def _columns(frame: pd.DataFrame, file: Path, needed: tuple[str, ...]) -> None:
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise DatasetError(f"{file}: no column {', '.join(missing)} (it has {', '.join(map(str, frame.columns))})")
+
+
+def _azure(file: Path, _model_filter) -> tuple[pd.DataFrame, list[str]]:
+    frame = pd.read_csv(file)
+    _columns(frame, file, AZURE)
+    stamps = pd.to_datetime(frame["TIMESTAMP"], errors="coerce")
+    if stamps.isna().any():
+        raise DatasetError(f"{file}: unreadable TIMESTAMP in row {int(stamps.isna().idxmax()) + 2}")
+    notes = ["NumImages is read but ignored: the prompts sent are text only"] if "NumImages" in frame else []
+    t = (stamps - stamps.min()).dt.total_seconds()
+    return pd.DataFrame({"t": t, "input": frame["ContextTokens"], "output": frame["GeneratedTokens"]}), notes
+
+
+def _burstgpt(file: Path, model_filter: str | None) -> tuple[pd.DataFrame, list[str]]:
+    frame = pd.read_csv(file)
+    _columns(frame, file, BURSTGPT)
+    notes = []
+    if model_filter:
+        frame = frame[frame["Model"].astype(str) == model_filter]
+        if frame.empty:
+            raise DatasetError(f"{file}: no row of model {model_filter!r} (--model-filter)")
+    failed = frame["Response tokens"] <= 0
+    if failed.any():
+        notes.append(f"{int(failed.sum())} rows with 0 response tokens (failures in the trace) skipped")
+    frame = frame[~failed]
+    rows = pd.DataFrame({"t": frame["Timestamp"].astype(float), "input": frame["Request tokens"],
+                         "output": frame["Response tokens"]})
+    if "Session ID" in frame:
+        rows["session"] = frame["Session ID"].astype(str)
+    return rows, notes
+
+
+def _mooncake(file: Path, _model_filter) -> tuple[pd.DataFrame, list[str]]:
+    items = []
+    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            items.append({"t": float(item["timestamp"]) / 1000.0, "input": int(item["input_length"]),
+                          "output": int(item["output_length"]), "hash_ids": list(item.get("hash_ids") or [])})
+        except (ValueError, KeyError, TypeError) as err:
+            raise DatasetError(f"{file}: line {lineno} is not a Mooncake record ({err}; it needs "
+                               f"{', '.join(MOONCAKE)} and optionally hash_ids)") from None
+    return pd.DataFrame(items, columns=["t", "input", "output", "hash_ids"]), []
+
+
+def _request(tokenizer, row, at: float, block_size: int, seed: int) -> Request:
+    length, output = max(int(row.input), 1), max(int(row.output), 1)
+    ids = getattr(row, "hash_ids", None)
+    if ids:
+        prompt = _blocks_text(tokenizer, ids, length, block_size)
+    else:
+        prompt = random_text_of_length(tokenizer, length, int(np.random.default_rng(seed).integers(0, 2**31)))
+    return Request(prompt, count_tokens(tokenizer, prompt), output, timestamp=at,
+                   conversation_id=getattr(row, "session", None))
+
+
+def _blocks_text(tokenizer, hash_ids: list, length: int, block_size: int) -> str:
+    """One block of word tokens per hash id, the same tokens for the same id (seeded by it): requests that
+    share a prefix of ids share that prefix of text, token for token. The last block holds the remainder."""
+    vocab = word_vocab(tokenizer)
+    tokens: list[int] = []
+    for i, block in enumerate(hash_ids):
+        take = min(block_size, length - len(tokens)) if i == len(hash_ids) - 1 else block_size
+        rng = np.random.default_rng(block if isinstance(block, int) and block >= 0 else
+                                    int(hashlib.sha1(str(block).encode()).hexdigest()[:8], 16))
+        tokens += [vocab[j] for j in rng.integers(0, len(vocab), max(take, 0))]
+    return tokenizer.decode(tokens[:length] if len(tokens) > length else tokens)
