@@ -47,19 +47,19 @@ def test_a_server_past_its_capacity_is_saturated(scripted, tmp_path, tiny_model)
 
 
 def test_the_default_sweep_sizes_its_window_from_the_probe(scripted, tmp_path, tiny_model, monkeypatch):
-    """No --duration: the probe's P50 E2E sets the first window (10x; scaled down here to keep the test short)
+    """No --duration: the probe's P50 E2E sets the first window (10x; 6x here to keep the test short)
     and every rate is measured over it; the rate past the server's capacity is saturated, the other is the
     answer."""
     monkeypatch.setattr(sweep, "MIN_WINDOW", 1.0)
-    monkeypatch.setattr(metrics, "WINDOW_E2E_MULTIPLE", 8)
+    monkeypatch.setattr(metrics, "WINDOW_E2E_MULTIPLE", 6)
     server = scripted("--ttft-ms", "20", "--itl-ms", "6", "--max-running", "4")  # ~0.62 s each: ~6.5 req/s
     out = tmp_path / "auto"
-    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4,13", *LONG,
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4,12", *LONG,
                "--out", str(out), "--no-progress")
     assert r.exit_code == 0, r.output
-    assert "s of arrivals per rate from here: 8x the P50 E2E of 8 probe requests at once" in r.output
-    first, second = (json.loads((out / f"rate-{x}.json").read_text()) for x in (4, 13))
-    assert 8 * 0.6 <= first["window_s"] <= 8 * 1.3 and first["completed"] == int(4 * first["window_s"])
+    assert "s of arrivals per rate from here: 6x the P50 E2E of 8 probe requests at once" in r.output
+    first, second = (json.loads((out / f"rate-{x}.json").read_text()) for x in (4, 12))
+    assert 6 * 0.6 <= first["window_s"] <= 6 * 1.3 and first["completed"] == int(4 * first["window_s"])
     assert not first["saturated"] and second["saturated"]
     assert r.output.strip().splitlines()[-1].startswith("sustains 4")
 
