@@ -30,7 +30,7 @@ DATASET_FLAGS = {
     "trace_start": (TRACES, "trace_start"),
     "trace_duration": (TRACES, "trace_duration"),
     "model_filter": (("burstgpt",), "model_filter"),
-    "block_size": (("mooncake",), "block_size"),
+    "hash_block_size": (("mooncake",), "block_size"),
 }
 
 DATASET = [
@@ -52,7 +52,8 @@ DATASET = [
     click.option("--trace-start", type=click.FloatRange(0), help="Traces: seconds after the first arrival to start at."),
     click.option("--trace-duration", type=click.FloatRange(0, min_open=True), help="Traces: seconds of the trace."),
     click.option("--model-filter", help="burstgpt: only the rows of this Model."),
-    click.option("--block-size", type=click.IntRange(1), help="mooncake: tokens per hash id (512; Bailian 16, WEKA 64)."),
+    click.option("--hash-block-size", type=click.IntRange(1),
+                 help="mooncake: tokens per hash id (512; Bailian 16, WEKA 64)."),
     click.option("--seed", default=0, show_default=True),
 ]
 WORKLOAD = [  # the dataset, and how its tokens are counted and where its defaults come from

@@ -81,3 +81,18 @@ def test_flags_the_readme_lists_run(tmp_path):
     _, text = plan(tmp_path, "--at-rate", "2", "--model", "llama-3.1-8b", "--gpu", "A100-80GB", "--weight-dtype",
                    "mxfp4", "--input-len", "256", "--output-len", "64", "--num-prompts", "100")
     assert "lengths counted" not in text  # fixed lengths: no tokenizer counted them
+
+
+def test_the_tokenizer_that_counted_is_named():
+    """Lengths the bundled tokenizer counted, planned for a catalog model: the plan says whose tokens they are."""
+    import numpy as np
+
+    from llmbench.plan.planner import PlanRequest, make_plan
+    from llmbench.plan.workload import Workload
+    from llmbench.slo import SLO
+
+    work = Workload(np.full(50, 300), np.full(50, 120), "sharegpt sample (50 requests, bundled tokenizer)")
+    plan = make_plan(PlanRequest(SLO(), work, at_rate=1.0, model="llama-3.1-8b", gpu="H100", search_knobs=False,
+                                 num_requests=50))
+    assert any("counted with the bundled tokenizer, not llama-3.1-8b's" in e for e in plan["estimates"])
+    assert plan["setup"]["workload"].endswith("bundled tokenizer)")

@@ -42,6 +42,13 @@ def test_azure_lengths_times_windows_and_speed(tok, tmp_path):
     assert [r.timestamp for r in fast] == pytest.approx([0.0, 0.75])  # 0.5 s and 2.0 s, from the start, halved
 
 
+def test_a_trace_is_not_swept_over_rates(tmp_path):
+    path = tmp_path / "azure.csv"
+    path.write_text(AZURE)
+    r = CliRunner().invoke(main, ["sweep", "--dataset", "azure", "--dataset-path", str(path), "--rate", "1,2"])
+    assert r.exit_code == 2 and "replays at its own timestamps" in r.output and "--time-scale" in r.output
+
+
 def test_burstgpt_skips_failures_and_filters_models(tok, tmp_path):
     path = tmp_path / "burst.csv"
     path.write_text(BURSTGPT)
@@ -89,7 +96,7 @@ def test_a_mooncake_slice_replayed_fast_hits_the_prefix_cache(tiny_model, serve_
     path = mooncake(tmp_path / "slice.jsonl", rows)
     out = tmp_path / "replay"
     r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset",
-                                  "mooncake", "--dataset-path", str(path), "--block-size", "16", "--time-scale", "10",
+                                  "mooncake", "--dataset-path", str(path), "--hash-block-size", "16", "--time-scale", "10",
                                   "--out", str(out), "--no-progress", "--keep-prefix-cache"])
     assert r.exit_code == 0, r.output
     records = read_records(out / "rate-inf.records.jsonl")

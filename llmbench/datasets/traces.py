@@ -5,7 +5,7 @@
     burstgpt  CSV  Timestamp (s), Session ID, Elapsed time, Model, Request tokens, Response tokens,
                    Total tokens, Log Type; rows with 0 response tokens are failures: skipped and counted
     mooncake  JSONL  timestamp (ms), input_length, output_length, hash_ids (one id per block of
-                   --block-size tokens, 512 in Mooncake's traces; 16 in Bailian's, 64 in WEKA's)
+                   --hash-block-size tokens, 512 in Mooncake's traces; 16 in Bailian's, 64 in WEKA's)
 
 The traces publish lengths, not text: each prompt is synthesized with the target's tokenizer to the trace's
 length. Mooncake's equal hash ids become identical token blocks, so a server's prefix cache sees the sharing
