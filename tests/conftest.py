@@ -122,3 +122,20 @@ def scripted():
     yield start
     for server in servers:
         server.stop()
+
+
+def stop_after_records(server, records, count: int, timeout: float = 60.0):
+    """A started thread that stops `server` once `records` (a JSONL file) holds `count` lines: never on a
+    timer, since start-up takes longer on a slow, loaded machine. Join it after the run."""
+    import threading
+    import time
+
+    def watch() -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline and not (records.is_file() and len(records.read_text().splitlines()) >= count):
+            time.sleep(0.05)
+        server.stop()
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread

@@ -1,7 +1,6 @@
 """`llmbench run` / `sweep` end to end against the scripted server: files, errors, a dying target."""
 
 import json
-import threading
 import time
 
 import pandas as pd
@@ -54,18 +53,11 @@ def test_sweep_multiple_rates_and_chat(scripted, tmp_path, tiny_model):
 
 
 def test_target_dies_mid_run(scripted, tmp_path, tiny_model):
+    from conftest import stop_after_records
+
     server = scripted("--ttft-ms", "5", "--itl-ms", "5")
     out = tmp_path / "dead"
-
-    def kill_after_some_answers() -> None:  # not on a timer: start-up takes longer on a slow, loaded machine
-        deadline = time.time() + 60
-        records = out / "rate-20.records.jsonl"
-        while time.time() < deadline and not (records.is_file() and len(records.read_text().splitlines()) >= 8):
-            time.sleep(0.05)
-        server.stop()
-
-    killer = threading.Thread(target=kill_after_some_answers)
-    killer.start()
+    killer = stop_after_records(server, out / "rate-20.records.jsonl", 8)
     t0 = time.time()
     result = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20",
                     "--num-prompts", "400", "--output-len", "20", "--out", str(out), "--no-progress")

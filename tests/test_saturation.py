@@ -86,21 +86,11 @@ def test_widen_never_shrinks_and_is_capped(monkeypatch):
 def test_a_dead_target_is_not_a_saturated_server(scripted, tmp_path, tiny_model):
     """The target is killed during the second rate: that rate is 'target down', left out of the answer, the
     sweep exits 3, and the answer says the server (not the load) ended it."""
-    import threading
-    import time
+    from conftest import stop_after_records
 
     server = scripted("--ttft-ms", "5", "--itl-ms", "5")
     out = tmp_path / "dead"
-
-    def kill_during_the_second_rate() -> None:
-        deadline = time.time() + 60
-        records = out / "rate-20.records.jsonl"
-        while time.time() < deadline and not (records.is_file() and len(records.read_text().splitlines()) >= 5):
-            time.sleep(0.05)
-        server.stop()
-
-    killer = threading.Thread(target=kill_during_the_second_rate)
-    killer.start()
+    killer = stop_after_records(server, out / "rate-20.records.jsonl", 5)  # during the second rate
     r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "10,20", "--duration", "4",
                "--output-len", "10", "--out", str(out), "--no-progress")
     killer.join()
