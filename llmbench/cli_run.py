@@ -49,6 +49,9 @@ OPTIONS = [
     click.option("--out", type=click.Path(file_okay=False), help="Results folder (default: results/<time>)."),
     click.option("--overwrite", is_flag=True,
                  help="Replace the results of the rates this run measures when --out already has them."),
+    click.option("--append", is_flag=True,
+                 help="Keep the results --out already has for these rates; write this run's beside them "
+                      "(labels rate-N-run2, -run3, ...)."),
     click.option("--no-progress", is_flag=True, help="No live progress display."),
     click.option("--keep-prefix-cache", is_flag=True,
                  help="Do not ask the server to drop its prefix cache before each rate (POST /reset_prefix_cache)."),
@@ -120,9 +123,14 @@ def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
     cli_options.check_out(out)
     labels = [results.label_for(r, opts["max_concurrency"], opts["users"]) for r in rates]
     taken = results.existing_labels(out, labels)
-    if taken and not opts["overwrite"]:
-        raise click.BadParameter(f"{out} already has results for {', '.join(taken)}: choose another --out, or "
-                                 "--overwrite to replace them", param_hint="--out")
+    if opts["overwrite"] and opts["append"]:
+        raise click.BadParameter("--overwrite replaces the folder's results and --append keeps them: choose one",
+                                 param_hint="--append")
+    if taken and not (opts["overwrite"] or opts["append"]):
+        raise click.BadParameter(f"{out} already has results for {', '.join(taken)}: choose another --out, "
+                                 "--overwrite to replace them, or --append to keep them and add this run's",
+                                 param_hint="--out")
+    suffix = results.append_suffix(out, labels) if taken and opts["append"] else ""
     return SweepPlan(
         rates=rates, out=out, workload=workload, base_url=opts["base_url"], model=opts["model"],
         tokenizer=opts["tokenizer"], api_key=opts["api_key"], engine_flags=engine_flags,
@@ -131,7 +139,8 @@ def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
         percentiles=percentiles, slo=slo,
         transport=opts["engine"], workers=opts["workers"], users=opts["users"], stop_when_saturated=not single,
         max_failure_rate=opts["max_failure_rate"], reset_prefix_cache=not opts["keep_prefix_cache"],
-        auto_window=auto_window, notes=[tidied] if tidied else [], overwrite=opts["overwrite"], args=opts)
+        auto_window=auto_window, notes=[tidied] if tidied else [], overwrite=opts["overwrite"], label_suffix=suffix,
+        args=opts)
 
 
 def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:
@@ -178,6 +187,8 @@ def finish(plan: SweepPlan, outcome: SweepOutcome, report: bool) -> None:
             console.print(f"report: {build_report([plan.out], plan.out / results.REPORT)}")
         except ImportError as err:  # a machine with only the load generator's packages still gets its answer
             console.print(f"report not written: {err}")
+        except OSError as err:
+            console.print(f"report not written: {err.strerror or err}")
     console.print(f"results: {plan.out}")
     console.print(answer_line(outcome.capacity, plan.slo, outcome.target_down_at), highlight=False)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # held since the first Ctrl-C: all is written now

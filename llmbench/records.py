@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,19 +53,27 @@ class RequestRecord:
 
 
 class RecordWriter:
-    """Appends one JSON line per finished request and flushes, so a crash loses nothing measured."""
+    """Appends one JSON line per finished request and flushes, so a crash loses nothing measured. A write that
+    fails (a full disk) is remembered in `error` and ends the writing, never the run: the records stay in memory."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.error: str | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
     def write(self, record: RequestRecord) -> None:
-        self._file.write(record.to_json() + "\n")
-        self._file.flush()
+        if self.error:
+            return
+        try:
+            self._file.write(record.to_json() + "\n")
+            self._file.flush()
+        except OSError as err:
+            self.error = f"could not write {self.path} ({err.strerror or err})"
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):
+            self._file.close()
 
 
 def read_records(path: Path | str) -> list[RequestRecord]:

@@ -9,7 +9,8 @@
     summary.csv                   one row per load level; plan.json, report.html after plan/sweep
     engine.log                    the bundled engine's output, when llmbench started it
 
-A label names a load level: `rate-10`, `rate-inf`, `rate-10-c64` (with a concurrency cap), `users-8`.
+A label names a load level: `rate-10`, `rate-inf`, `rate-10-c64` (with a concurrency cap), `users-8`; a run
+with `--append` into a folder that has them writes `rate-10-run2` (then `-run3`, ...) beside them.
 """
 
 from __future__ import annotations
@@ -110,6 +111,14 @@ def existing_labels(folder: Path | str, labels: list[str]) -> list[str]:
             or RunFiles(folder, label).records.exists()]
 
 
+def append_suffix(folder: Path | str, labels: list[str]) -> str:
+    """--append: the first `-runN` (N >= 2) under which none of `labels` has files yet."""
+    n = 2
+    while existing_labels(folder, [f"{label}-run{n}" for label in labels]):
+        n += 1
+    return f"-run{n}"
+
+
 def clear_labels(folder: Path | str, labels: list[str]) -> None:
     """--overwrite: every file of those labels goes, so no old record is counted with the new ones."""
     for label in labels:
@@ -175,6 +184,10 @@ def write_result(files: RunFiles, body: dict) -> dict:
 
 
 def write_summary(folder: Path, rows: list[dict]) -> Path:
+    """One row per load level the folder holds: this run's `rows`, and those of earlier runs kept beside them."""
+    mine = {row.get("label") for row in rows}
+    kept = [data for data in map(_read_json, result_files(folder)) if data and data.get("label") not in mine]
+    rows = sorted([*kept, *rows], key=lambda row: (_rate_key(row.get("request_rate")), str(row.get("label"))))
     keys = SUMMARY_KEYS + [k for k in SPEC_KEYS if any(k in row for row in rows)]
     path = Path(folder) / SUMMARY
     pd.DataFrame([{k: row.get(k) for k in keys} for row in rows]).to_csv(path, index=False)
@@ -196,6 +209,13 @@ def result_files(folder: Path | str) -> list[Path]:
         if isinstance(data, dict) and "label" in data and "completed" in data:
             found.append((_rate_key(data.get("request_rate")), path.name, path))
     return [path for *_, path in sorted(found)]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _rate_key(rate) -> float:

@@ -55,6 +55,7 @@ class RunResult:
     server_series: list[dict]
     target_down: bool = False
     interrupted: bool = False
+    write_error: str | None = None  # the records file could not be written (a full disk): records in memory only
 
 
 @dataclass
@@ -158,8 +159,11 @@ class Run:
         if result["client_overloaded"] and not (self.target_down.is_set() or interrupted):
             self.notes.append(f"client overloaded: {result['client_overload_reason']} — figures may reflect the "
                               "client's limit, not the server's")
+        write_error = self.writer.error if self.writer else None
+        if write_error:
+            self.notes.append(write_error + ": this rate's records are in memory only")
         return RunResult(self.records, result, self.notes, scraper.points if scraper else [],
-                         self.target_down.is_set(), interrupted)
+                         self.target_down.is_set(), interrupted, write_error)
 
     async def _open_connections(self) -> None:
         """Fill the keep-alive pool before the clock starts, so early requests do not pay TCP set-up."""

@@ -55,6 +55,7 @@ class Scraper:
         self.notes: list[str] = []
         self.available = True
         self.steps_available = steps_out is not None
+        self.write_error: str | None = None
         self.last_step = -1
         self._task: asyncio.Task | None = None
 
@@ -67,7 +68,8 @@ class Scraper:
                 await asyncio.sleep(self.interval)
         finally:
             if file:
-                file.close()
+                with contextlib.suppress(OSError):  # a full disk's buffered tail; the points are in memory
+                    file.close()
 
     async def fetch_steps(self) -> None:
         if not self.steps_available:
@@ -88,8 +90,11 @@ class Scraper:
             return
         if steps:
             self.last_step = steps[-1]["index"]
-            with self.steps_out.open("a", encoding="utf-8") as f:
-                f.writelines(json.dumps(step) + "\n" for step in steps)
+            try:
+                with self.steps_out.open("a", encoding="utf-8") as f:
+                    f.writelines(json.dumps(step) + "\n" for step in steps)
+            except OSError as err:
+                self._cannot_write(self.steps_out, err)
 
     async def scrape_once(self, file=None) -> None:
         try:
@@ -103,9 +108,19 @@ class Scraper:
             return
         point = {"t": time.perf_counter() - self.t0, **values}
         self.points.append(point)
-        if file:
-            file.write(json.dumps(point) + "\n")
-            file.flush()
+        if file and not self.write_error:
+            try:
+                file.write(json.dumps(point) + "\n")
+                file.flush()
+            except OSError as err:
+                self._cannot_write(self.out, err)
+
+    def _cannot_write(self, path, err: OSError) -> None:
+        """A full disk costs the series' file, never the run: the points stay in memory for the result."""
+        self.steps_available = self.steps_available and path != self.steps_out
+        if not self.write_error:
+            self.write_error = f"could not write {path} ({err.strerror or err})"
+            self.notes.append(self.write_error)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -122,7 +137,8 @@ class Scraper:
                 await self.scrape_once(file)
             finally:
                 if file:
-                    file.close()
+                    with contextlib.suppress(OSError):
+                        file.close()
 
 
 def spec_decode_summary(points: list[dict]) -> dict[str, float]:

@@ -73,6 +73,7 @@ class SweepPlan:
     auto_window: bool = False  # size each rate's --duration from the latency measured so far
     notes: list[str] = field(default_factory=list)  # said before anything starts (a tidied flag)
     overwrite: bool = False  # replace the results of labels the folder already has
+    label_suffix: str = ""  # --append: this run's labels are `rate-N<suffix>`, beside the folder's own
     args: dict = field(default_factory=dict)  # the command line as given, for metadata.json
 
 
@@ -196,7 +197,10 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     requests, info = datasets.build(plan.workload.dataset, tokenizer, plan.workload.count(rate),
                                     plan.workload.seed, **plan.workload.options)
     if index == 0:
-        results.write_metadata(plan.out, _metadata(plan, target, info, tokenizer_id))
+        try:
+            results.write_metadata(plan.out, _metadata(plan, target, info, tokenizer_id))
+        except OSError as err:
+            raise ValueError(f"cannot write {plan.out} ({err.strerror or err}); nothing was measured") from None
         for text in info.notes:
             view.note(text)
     files = results.RunFiles(plan.out, outcome_label(plan, rate))
@@ -217,12 +221,19 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     body["schedule"] = "trace" if requests and all(r.timestamp is not None for r in requests) else "rate"
     body["window_s"] = plan.workload.duration if math.isfinite(rate) else None
     body["prefix_cache_reset"] = plan.reset_prefix_cache and why_not is None
-    row = results.write_result(files, body)
+    try:
+        row = results.write_result(files, body)
+        results.write_summary(plan.out, [*outcome.rows, row])
+    except OSError as err:
+        row = {**body, "label": files.label}
+        run.write_error = run.write_error or f"could not write {plan.out} ({err.strerror or err})"
     outcome.rows.append(row)
-    results.write_summary(plan.out, outcome.rows)
     view.rate_done(row)
     total = row["completed"] + row["failed"]
-    if run.interrupted:
+    if run.write_error:
+        outcome.failure = (f"{run.write_error}: stopped after {rate:g} req/s; the figures shown were measured "
+                           "but not all are saved — free space and run again (--overwrite)")
+    elif run.interrupted:
         outcome.interrupted = True
     elif run.target_down:
         outcome.failure = next(n for n in run.notes if "stopped answering" in n)
@@ -250,7 +261,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
 
 
 def outcome_label(plan: SweepPlan, rate: float) -> str:
-    return results.label_for(rate, plan.max_concurrency, plan.users)
+    return results.label_for(rate, plan.max_concurrency, plan.users) + plan.label_suffix
 
 
 def _too_short_to_trust(plan: SweepPlan, row: dict) -> bool:

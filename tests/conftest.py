@@ -43,18 +43,15 @@ class ThreadedApp:
         import asyncio
         import threading
 
-        from aiohttp import web
-
         self.loop = asyncio.new_event_loop()
         self.runner = runner
         started = threading.Event()
+        self.listener = None
 
         def run() -> None:
             asyncio.set_event_loop(self.loop)
             self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]
+            self.port = self.loop.run_until_complete(self.open())
             started.set()
             self.loop.run_forever()
 
@@ -63,9 +60,18 @@ class ThreadedApp:
         started.wait(30)
         self.url = f"http://127.0.0.1:{self.port}"
 
+    async def open(self) -> int:
+        from aiohttp import web
+
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return site._server.sockets[0].getsockname()[1]
+
     def close(self) -> None:
         import asyncio
 
+        if self.listener is not None:
+            self.loop.call_soon_threadsafe(self.listener.close)
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -74,12 +80,19 @@ class ThreadedApp:
 class InProcessServer(ThreadedApp):
     """The engine's aiohttp app on a free 127.0.0.1 port, in a background thread of this process."""
 
-    def __init__(self, llm, **app_kwargs) -> None:
+    def __init__(self, llm, max_connections: int = 1024, idle_timeout: float = 60.0, **app_kwargs) -> None:
         from engine.serve.server import STATE, app_runner, build_app
 
         self.app = build_app(llm, **app_kwargs)
         self.state = self.app[STATE]
-        super().__init__(app_runner(self.app))
+        self.limits = max_connections, idle_timeout
+        super().__init__(app_runner(self.app, idle_timeout))
+
+    async def open(self) -> int:
+        from engine.serve.connections import listen
+
+        self.listener, self.state["guard"] = await listen(self.runner, "127.0.0.1", 0, *self.limits)
+        return self.listener.sockets[0].getsockname()[1]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ request fails alone with a named cause while the run goes on and writes its resu
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -125,9 +126,45 @@ def test_a_results_folder_is_never_mixed(fake, tmp_path, tiny_model):
     assert again.exit_code == 2 and "already has results for rate-50" in again.output and "--overwrite" in again.output
     assert CliRunner().invoke(main, [*args, "--overwrite"]).exit_code == 0
     assert len(read_records(out / "rate-50.records.jsonl")) == 4  # replaced, not appended
+    for run in (2, 3):
+        server.count = 0  # the same answers as the first run's
+        assert CliRunner().invoke(main, [*args, "--append"]).exit_code == 0
+        assert len(read_records(out / f"rate-50-run{run}.records.jsonl")) == 4
+    assert len(read_records(out / "rate-50.records.jsonl")) == 4  # kept as it was
+    both = CliRunner().invoke(main, [*args, "--append", "--overwrite"])
+    assert both.exit_code == 2 and "choose one" in both.output
     (out / ".llmbench.lock").write_text("1")  # pid 1 is alive: another run holds the folder
     busy = CliRunner().invoke(main, [*args[:-3], "--out", str(out), "--rate", "60", "--no-progress"])
     assert busy.exit_code == 2 and "being written by another llmbench run (pid 1)" in busy.output
     (out / ".llmbench.lock").write_text("999999999")  # a run that died: its lock is taken over
     assert CliRunner().invoke(main, [*args[:-3], "--out", str(out), "--rate", "60", "--no-progress"]).exit_code == 0
     assert not (out / ".llmbench.lock").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (ENOSPC on every write)")
+def test_a_full_disk_mid_run_stops_with_the_figures_shown(fake, tmp_path, tiny_model, monkeypatch):
+    """Every write of the records and the server series goes to /dev/full: the kernel answers ENOSPC as a
+    full disk does. The run is not lost: it finishes the rate, prints its table, says what could not be
+    written, and exits 3."""
+    import llmbench.records
+    import llmbench.scrape
+
+    real_open = Path.open
+
+    def full_disk(self, mode="r", *args, **kwargs):
+        if "a" in mode and self.name.endswith(".jsonl"):
+            return real_open(Path("/dev/full"), "w", *args, **kwargs)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(llmbench.records.Path, "open", full_disk)
+    assert llmbench.scrape  # the scraper opens its series through the same Path.open
+    server = fake()
+    out = tmp_path / "full"
+    r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "50",
+                                  "--num-prompts", "6", "--dataset", "random", "--input-len", "8", "--output-len",
+                                  "3", "--max-failure-rate", "1", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 3, r.output
+    assert "No space left on device" in r.output and "rate-50.records.jsonl" in r.output
+    assert "not all are saved" in r.output and "rate-50" in r.output  # the table of what was measured
+    result = json.loads((out / "rate-50.json").read_text())
+    assert result["completed"] + result["failed"] == 6

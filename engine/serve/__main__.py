@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 from dataclasses import MISSING, fields
 
 import click
@@ -65,10 +66,15 @@ def with_engine_options(command: click.Command) -> click.Command:
 @click.option("--public-metrics", is_flag=True, help="Leave /metrics and /version open when --api-key is set.")
 @click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Seconds a request body may take to arrive (408 after).")
+@click.option("--idle-timeout", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Seconds a connection may go without a request in progress (idle, or headers half sent).")
+@click.option("--max-connections", default=None, type=click.IntRange(1),
+              help="Open connections allowed; beyond it a new one is answered 503 and closed "
+                   "[default: the open-file limit less 64].")
 @click.option("--shutdown-grace", default=30.0, show_default=True, help="Seconds in-flight requests get on SIGTERM.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def server_command(host, port, served_model_name, api_key, max_waiting, public_metrics, body_timeout,
-                   shutdown_grace, log_level, **engine_flags) -> None:
+                   idle_timeout, max_connections, shutdown_grace, log_level, **engine_flags) -> None:
     """Serve the bundled engine over an OpenAI-compatible HTTP API."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from engine.llm import LLM
@@ -83,7 +89,15 @@ def server_command(host, port, served_model_name, api_key, max_waiting, public_m
         click.echo(f"warning: serving on {host} without --api-key: anyone who can reach it can send requests, "
                    "reset the prefix cache between a benchmark's rates and read /metrics and /version", err=True)
     app = build_app(llm, served_model_name, api_key, max_waiting, public_metrics, body_timeout)
-    uvloop.run(serve(app, host, port, shutdown_grace))  # socket writes and wake-ups in C, not Python
+    max_connections = max_connections or default_max_connections()
+    uvloop.run(serve(app, host, port, shutdown_grace, max_connections, idle_timeout))  # socket writes and wake-ups in C, not Python
+
+
+def default_max_connections() -> int:
+    """Leave descriptors for the checkpoint, logs and the engine: a cap at the limit itself lets idle sockets
+    exhaust it before a normal request's accept."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, min(soft, 65536) - 64)
 
 
 def main(argv: list[str] | None = None) -> None:

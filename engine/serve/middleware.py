@@ -31,6 +31,17 @@ async def errors_and_auth(request: web.Request, handler):
     """The key guards everything that can change or reveal state (/health stays open); any error becomes an
     OpenAI-style body, an unexpected one a 500 logged once."""
     state = request.app[STATE]
+    guard = state.get("guard")
+    if guard:
+        guard.busy(request.protocol)
+    try:
+        return await _answer(request, handler, state)
+    finally:
+        if guard:
+            guard.free(request.protocol)
+
+
+async def _answer(request: web.Request, handler, state: dict) -> web.StreamResponse:
     try:
         key = state["api_key"]
         public = OPEN_PATHS + (PUBLIC_METRICS_PATHS if state["public_metrics"] else ())

@@ -15,6 +15,7 @@ import engine
 from engine.llm import LLM, RequestOutput
 from engine.serve import protocol
 from engine.serve.async_llm import AsyncLLM, EngineError, EngineOverloaded
+from engine.serve.connections import listen
 from engine.serve.metrics import EngineMetrics
 from engine.serve.middleware import MAX_BODY_BYTES, STATE, errors_and_auth
 from engine.serve.protocol import APIError, ParsedRequest
@@ -288,17 +289,18 @@ def build_app(llm: LLM, served_model_name: str | None = None, api_key: str | Non
     return app
 
 
-def app_runner(app: web.Application) -> web.AppRunner:
+def app_runner(app: web.Application, idle_timeout: float = 60.0) -> web.AppRunner:
     """A runner that cancels a request's handler when its client disconnects, so the request is aborted and
     its KV blocks freed at once (aiohttp leaves handlers running by default)."""
-    return web.AppRunner(app, handle_signals=False, handler_cancellation=True)
+    return web.AppRunner(app, handle_signals=False, handler_cancellation=True, keepalive_timeout=idle_timeout)
 
 
-async def serve(app: web.Application, host: str, port: int, grace_period: float = 30.0) -> None:
+async def serve(app: web.Application, host: str, port: int, grace_period: float = 30.0,
+                max_connections: int = 1024, idle_timeout: float = 60.0) -> None:
     """Run until SIGTERM/SIGINT, then stop admitting, let in-flight requests finish, abort the rest."""
-    runner = app_runner(app)
+    runner = app_runner(app, idle_timeout)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    listener, app[STATE]["guard"] = await listen(runner, host, port, max_connections, idle_timeout)
     log.info("serving on http://%s:%d", host, port)
     print(f"READY http://{host}:{port}", flush=True)
     stop = asyncio.Event()
@@ -314,5 +316,7 @@ async def serve(app: web.Application, host: str, port: int, grace_period: float 
         await asyncio.sleep(0.05)
     for rid in list(aengine.llm.requests):
         aengine.abort(rid)
+    listener.close()
+    app[STATE]["guard"].stop()
     with contextlib.suppress(Exception):
         await runner.cleanup()
