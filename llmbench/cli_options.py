@@ -63,8 +63,8 @@ WORKLOAD = [  # the dataset, and how its tokens are counted and where its defaul
 ]
 
 SLO_FLAGS = [
-    click.option("--slo", help="P99 SLOs, e.g. ttft=500ms,tpot=50ms[,e2el=3s] (default: MLPerf's server scenario, "
-                               "TTFT 2 s and TPOT 100 ms)."),
+    click.option("--slo", help="P99 SLOs, e.g. ttft=500ms,tpot=50ms[,e2el=3s][,ttfo=5s] (ttfo: the first answer "
+                               "token after any reasoning; default: MLPerf's server scenario, TTFT 2 s and TPOT 100 ms)."),
     click.option("--goodput", multiple=True, help="vLLM's spelling of --slo, in ms: --goodput ttft:500 tpot:50."),
     click.option("--attainment", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0),
                  help="Share of requests that must meet the SLO (0.9 = the SLOs are P90s)."),

@@ -55,6 +55,8 @@ class StreamParser:
         self.record, self.chat = record, chat
         self.pieces: list[str] = []
         self.last_usage = 0
+        self.thinking: bool | None = None  # inside a <think> block of the text; None: no text seen yet
+        self.reasoning = 0
 
     def feed(self, line: bytes, now: float) -> bool:
         """Handle one line received at `now`; True once the stream is over."""
@@ -85,21 +87,48 @@ class StreamParser:
                 raise BadChunk(f"a choice that is a {type(choice).__name__}, not an object")
             holder = (choice.get("delta") or {}) if self.chat else choice
             text = holder.get("content") if self.chat else holder.get("text")
-            if text is not None and not isinstance(text, str):
-                raise BadChunk(f"text that is a {type(text).__name__}, not a string")
+            thought = (holder.get("reasoning_content") or holder.get("reasoning")) if self.chat else None
+            for value in (text, thought):
+                if value is not None and not isinstance(value, str):
+                    raise BadChunk(f"text that is a {type(value).__name__}, not a string")
             self.record.chunk_times.append(now)
+            answer, reasoned = self._split(text) if text else ("", False)
             if text:
                 self.pieces.append(text)
+            tokens = None
             if done is not None:
-                self.record.chunk_tokens.append(done - self.last_usage)
+                tokens = done - self.last_usage
                 self.last_usage = done
-            else:
-                self.record.chunk_tokens.append(None)
+            self.record.chunk_tokens.append(tokens)
+            if answer and self.record.first_output is None:
+                self.record.first_output = now
+            elif not answer and (thought or reasoned):
+                self.reasoning += tokens if tokens is not None and tokens > 0 else 1
+                self.record.reasoning_tokens = self.reasoning
         if usage:
             self.record.output_tokens = done
             if _count(usage, "prompt_tokens"):
                 self.record.prompt_len = usage["prompt_tokens"]
+            details = usage.get("completion_tokens_details")
+            stated = _count(details if isinstance(details, dict) else None, "reasoning_tokens")
+            if stated:
+                self.record.reasoning_tokens = stated
         return False
+
+    def _split(self, text: str) -> tuple[str, bool]:
+        """The part of `text` that is answer, and whether any of it was reasoning: models that think in the
+        text itself (DeepSeek-R1 or QwQ without a reasoning parser) open with <think> and close with </think>."""
+        if self.thinking is None:
+            if not text.strip():
+                return "", False
+            self.thinking = text.lstrip().startswith("<think>")
+        if not self.thinking:
+            return text, False
+        _, closed, after = text.partition("</think>")
+        if closed:
+            self.thinking = False
+            return after.strip(), True
+        return "", True
 
     def finish(self, now: float) -> str:
         record = self.record

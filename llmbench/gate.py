@@ -24,7 +24,8 @@ BASELINE_FORMAT = "llmbench-baseline/1"
 MAX_SAMPLES = 2000
 DEFAULT_TOLERANCES = {"p99_ttft": 0.10, "p99_tpot": 0.10, "output_throughput": 0.05}
 THROUGHPUTS = ("output_throughput", "request_throughput", "total_token_throughput")
-STAT_RE = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)$")
+STAT_RE = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|ttfo)$")
+REASONING_TOLERANCE = ("p99_ttfo", 0.10)  # gated by default when both runs streamed reasoning
 
 
 class GateInputError(ValueError):
@@ -109,7 +110,8 @@ def samples(records) -> dict[str, np.ndarray]:
         "itl": np.array([g * 1000 for r in records for g in r.itl]),
         "e2el": np.array([r.latency * 1000 for r in records]),
         "tokens": np.array([output_tokens(r) for r in records], dtype=float),
-    }
+    } | ({"ttfo": np.array([r.ttfo * 1000 for r in records if r.ttfo is not None])}
+         if any(r.reasoning_tokens for r in records) else {})
 
 
 def _from_result(data: dict) -> Run:
@@ -140,7 +142,7 @@ def write_baseline(runs: dict[str, Run], path: Path | str, seed: int = 0) -> Pat
     """A small file to commit: summaries plus at most MAX_SAMPLES samples per metric, 0.1 ms resolution."""
     rng = np.random.default_rng(seed)
     keep = ["completed", "failed", "duration", *THROUGHPUTS] + \
-        [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p90", "p99")]
+        [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el", "ttfo") for s in ("mean", "median", "p90", "p99")]
     out = {"format": BASELINE_FORMAT, "model": None, "dataset": None, "runs": {}}
     for label, run in runs.items():
         out["model"], out["dataset"] = run.model, run.dataset
@@ -271,6 +273,8 @@ def compare(baseline: dict[str, Run], current: dict[str, Run], tolerances: dict[
         warnings.append(f"dataset differs: baseline {b0.dataset!r}, current {c0.dataset!r}")
     for label in sorted(set(baseline) ^ set(current)):
         warnings.append(f"{label} is only in the {'baseline' if label in baseline else 'current'} run")
+    if tolerances == DEFAULT_TOLERANCES and all("p99_ttfo_ms" in run.metrics for run in (b0, c0)):
+        tolerances = dict([*tolerances.items(), REASONING_TOLERANCE])
     rng = np.random.default_rng(seed)
     checks = [compare_one(label, name, baseline[label], current[label], tol, confidence, rounds, rng)
               for label in common for name, tol in tolerances.items()]

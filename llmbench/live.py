@@ -116,8 +116,15 @@ def row_line(row: dict) -> str:
     return (f"[{row['label']}] {rate if rate == 'inf' else format(rate, 'g')} req/s offered: completed "
             f"{row['completed']}, failed {row['failed']}, {_sent(row)}, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
-            f"{row['p99_ttft_ms']:.0f} ms, TPOT P50/P99 {row['median_tpot_ms']:.1f}/{row['p99_tpot_ms']:.1f} ms{slo}"
-            + (f" — {notes}" if notes else ""))
+            f"{row['p99_ttft_ms']:.0f} ms, {_ttfo(row)}TPOT P50/P99 {row['median_tpot_ms']:.1f}/"
+            f"{row['p99_tpot_ms']:.1f} ms{slo}" + (f" — {notes}" if notes else ""))
+
+
+def _ttfo(row: dict) -> str:
+    if "p99_ttfo_ms" not in row:
+        return ""
+    return (f"TTFO P50/P99 {row['median_ttfo_ms']:.0f}/{row['p99_ttfo_ms']:.0f} ms "
+            f"({row.get('total_reasoning_tokens', 0):,} reasoning tokens of {row['total_output_tokens']:,}), ")
 
 
 def _sent(row: dict) -> str:
@@ -132,6 +139,7 @@ def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) ->
     """One row per rate; `kept up` is the figure the saturation verdict rests on, `SLO met` the fraction of
     requests within the SLO (goodput is that fraction of the completions per second: summary.csv has it)."""
     cells = []
+    reasoning = any("p99_ttfo_ms" in row for row in rows)
     for row in rows:
         rate = row["request_rate"]
         mark = " *" if knee is not None and rate == knee else ""
@@ -143,8 +151,11 @@ def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) ->
                       f"{row['median_ttft_ms']:.0f}/{row['p99_ttft_ms']:.0f}",
                       f"{row['median_tpot_ms']:.1f}/{row['p99_tpot_ms']:.1f}",
                       fmt_cell(row.get("slo_attainment"), "{:.1%}"), fmt_cell(row.get("failed"), "{:.0f}"), verdict])
+        if reasoning:
+            cells[-1].insert(4, f"{row['median_ttfo_ms']:.0f}/{row['p99_ttfo_ms']:.0f}" if "p99_ttfo_ms" in row else "-")
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)  # no vertical rules: fits 80 columns
-    names = ("rate", "kept up", "out tok/s", "TTFT ms P50/P99", "TPOT ms P50/P99", "SLO met", "failed", "verdict")
+    names = ("rate", "kept up", "out tok/s", "TTFT ms P50/P99", *(("TTFO ms P50/P99",) if reasoning else ()),
+             "TPOT ms P50/P99", "SLO met", "failed", "verdict")
     for i, name in enumerate(names):  # neither values nor header words are cut; headers wrap instead
         width = max([len(c[i]) for c in cells] + [len(word) for word in name.split()])
         table.add_column(name, justify="left" if name == "verdict" else "right", min_width=width)

@@ -1,6 +1,7 @@
 """Serving metrics exactly as `vllm bench serve` computes them, plus what it lacks (achieved rate, send lag).
 
-TTFT: first chunk with choices - start. ITL: gaps between chunks, pooled over requests (chunk-weighted).
+TTFT: first chunk with choices - start (reasoning or answer, vLLM's definition); TTFO: first chunk of answer
+text - start, measured beside it for reasoning streams (guidellm's time to first output token). ITL: gaps between chunks, pooled over requests (chunk-weighted).
 E2EL: last token-carrying chunk - start. TPOT: (E2EL - TTFT) / (n - 1) for n > 1, request-weighted.
 Throughputs divide by the run's duration (first dispatch to all done). Percentiles: numpy linear.
 """
@@ -107,6 +108,13 @@ def compute(records: list[RequestRecord], duration: float | None = None,
         result["slo_attainment"] = good / len(measured) if measured else None
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", latencies)):
         result |= stats_ms(values, name, percentiles)
+    thinkers = [r for r in ok if r.reasoning_tokens]
+    if thinkers or "ttfo" in (goodput or {}):
+        result |= stats_ms([r.ttfo for r in ok if r.ttfo is not None], "ttfo", percentiles)
+        reasoning = sum(r.reasoning_tokens for r in thinkers)
+        result |= {"reasoning_requests": len(thinkers), "total_reasoning_tokens": reasoning,
+                   "total_answer_tokens": total_output - reasoning,
+                   "answered_requests": sum(r.first_output is not None for r in ok)}
     result |= client_health(measured, percentiles, requested_rate)
     result |= backlog(measured)
     failed = [r for r in measured if not r.success]
@@ -210,8 +218,16 @@ def window_for(median_e2e_s: float) -> float:
     return WINDOW_E2E_MULTIPLE * median_e2e_s
 
 
+def ttfo_or_bound(r: RequestRecord) -> float:
+    """TTFO for the SLO: a reasoning stream that never answered misses any bound; a stream without
+    reasoning or answer text (token ids only) has its TTFT stand for it."""
+    if r.ttfo is not None:
+        return r.ttfo
+    return math.inf if r.reasoning_tokens else (r.ttft if r.ttft is not None else math.inf)
+
+
 def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:
-    values = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.latency}
+    values = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.latency, "ttfo": ttfo_or_bound(r)}
     return all(slo / 1000.0 >= values[key] for key, slo in slos.items())
 
 

@@ -34,10 +34,17 @@ class RequestRecord:
     worker: str | None = None  # Locust worker, for distributed runs
     usage_ignored: bool = False  # the server's usage contradicted its chunks: tokens counted from chunks
     interrupted: bool = False  # still in flight when the run was stopped (Ctrl-C, SIGTERM): neither done nor failed
+    first_output: float | None = None  # the first chunk of answer text (not reasoning): TTFO's end
+    reasoning_tokens: int | None = None  # tokens of reasoning (reasoning_content, or <think> text); None: none seen
 
     @property
     def ttft(self) -> float | None:
         return self.chunk_times[0] - self.start if self.chunk_times else None
+
+    @property
+    def ttfo(self) -> float | None:
+        """Time to first output token: the answer's first, after any reasoning (guidellm's TTFO)."""
+        return self.first_output - self.start if self.first_output is not None else None
 
     @property
     def latency(self) -> float | None:
@@ -87,6 +94,12 @@ def read_records(path: Path | str) -> list[RequestRecord]:
     return records
 
 
+def _ttfo_bound(r: RequestRecord) -> float | None:
+    if r.ttfo is not None:
+        return r.ttfo
+    return float("inf") if r.reasoning_tokens else r.ttft
+
+
 def records_frame(records: list[RequestRecord]):
     """One row per request with the derived latencies (seconds), as a pandas DataFrame."""
     import pandas as pd
@@ -97,7 +110,7 @@ def records_frame(records: list[RequestRecord]):
         row.pop("chunk_times")
         row.pop("chunk_tokens")
         n = r.output_tokens or 0
-        row.update(ttft=r.ttft, latency=r.latency, num_chunks=len(r.chunk_times),
+        row.update(ttft=r.ttft, ttfo=r.ttfo, ttfo_bound=_ttfo_bound(r), latency=r.latency, num_chunks=len(r.chunk_times),
                    tpot=(r.latency - r.ttft) / (n - 1) if r.success and n > 1 else None,
                    send_lag=r.dispatched - r.scheduled, client_queue=r.start - r.scheduled)
         rows.append(row)

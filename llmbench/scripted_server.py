@@ -1,11 +1,14 @@
 """A scripted OpenAI-compatible server: known TTFT and token gaps, no model. For testing clients.
 
     python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1] [--max-running N]
+                                       [--reasoning N]
 
 Each streamed request gets its first chunk `ttft` after its first byte arrived and one chunk every `itl`
 after that (absolute deadlines on the event loop's clock), each carrying `tokens-per-chunk` tokens, until
 `max_tokens`. With `--max-running N` at most N streams are served at once and the rest wait in order, so the
-server has a finite capacity (N / request duration) and a sweep can be shown one that truly falls behind. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
+server has a finite capacity (N / request duration) and a sweep can be shown one that truly falls behind. With
+`--reasoning N` the first N tokens of each stream (at most all but one) are reasoning, as a reasoning model's
+server sends them: `delta.reasoning_content` in chat, text inside `<think>...</think>` in completions. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
 after the request's first byte), so a test can compare what a client measured with what the server did.
 
 It is a measuring instrument, so it is a bare asyncio protocol speaking just enough HTTP/1.1 (keep-alive,
@@ -27,8 +30,9 @@ WORD = " tok"
 
 class Script:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-                 max_running: int = 0) -> None:
+                 max_running: int = 0, reasoning: int = 0) -> None:
         self.ttft, self.itl, self.per_chunk, self.fail_every = ttft_ms / 1000, itl_ms / 1000, tokens_per_chunk, fail_every
+        self.reasoning = reasoning
         self.max_running = max_running  # 0: no cap; else streams beyond it wait, first come first served
         self.count = 0
         self.running = 0
@@ -127,10 +131,12 @@ class Stream:
     def __init__(self, proto: ScriptedHTTP, script: Script, body: dict, chat: bool, n: int, received: float) -> None:
         self.proto, self.script, self.body, self.chat, self.n, self.received = proto, script, body, chat, n, received
         kind = "chat.completion.chunk" if chat else "text_completion"
-        field = '"delta":{"content":"%s"}' if chat else '"text":"%s"'
-        self.template = ('data: {"id":"scripted","object":"' + kind + '","model":"scripted","choices":[{"index":0,'
-                         + field + ',"finish_reason":%s}],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
-                         '"total_tokens":%d}}\n\n')
+        self.templates = [('data: {"id":"scripted","object":"' + kind + '","model":"scripted","choices":[{"index":0,'
+                           + field + ',"finish_reason":%s}],"usage":{"prompt_tokens":1,"completion_tokens":%d,'
+                           '"total_tokens":%d}}\n\n')
+                          for field in (('"delta":{"content":"%s"}', '"delta":{"reasoning_content":"%s"}') if chat
+                                        else ('"text":"%s"', '"text":"%s"'))]
+        self.thinking = min(script.reasoning, n - 1)
         self.sent = 0
         self.written: list[float] = []
         self.loop = asyncio.get_running_loop()
@@ -153,10 +159,14 @@ class Stream:
         if self.proto.transport.is_closing():
             self.script.finished()
             return
-        take = min(self.script.per_chunk, self.n - self.sent)
+        thinking = self.sent < self.thinking
+        take = min(self.script.per_chunk, (self.thinking if thinking else self.n) - self.sent)
+        text = WORD * take
+        if thinking and not self.chat:
+            text = ("<think>" if self.sent == 0 else "") + text + ("</think>" if self.sent + take == self.thinking else "")
         self.sent += take
         finish = '"length"' if self.sent >= self.n else "null"
-        self._chunk((self.template % (WORD * take, finish, self.sent, self.sent + 1)).encode())
+        self._chunk((self.templates[thinking] % (text, finish, self.sent, self.sent + 1)).encode())
         self.written.append(time.perf_counter() - self.received)
         if self.sent < self.n:
             self.loop.call_at(self.start_at + self.script.ttft + len(self.written) * self.script.itl, self.tick)
@@ -186,9 +196,11 @@ async def serve(host: str, port: int, script: Script) -> None:
 @click.option("--fail-every", default=0, show_default=True, help="Answer every Nth request with HTTP 500.")
 @click.option("--max-running", default=0, show_default=True,
               help="Streams served at once (0: any number); the rest wait in order, so capacity is finite.")
+@click.option("--reasoning", default=0, show_default=True,
+              help="Tokens of reasoning each stream sends before its answer (reasoning_content / <think>).")
 def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-         max_running: int) -> None:
-    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running)))
+         max_running: int, reasoning: int) -> None:
+    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running, reasoning)))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Service-level objectives, one syntax everywhere, and the answer a sweep gives against them.
 
-`ttft=500ms,tpot=50ms[,e2el=3s]` (units ms or s, bare numbers are ms); vLLM's `--goodput` spelling
-`ttft:500 tpot:50` is accepted too. A request is good when every stated bound holds, inclusively, as vLLM's
+`ttft=500ms,tpot=50ms[,e2el=3s][,ttfo=5s]` (units ms or s, bare numbers are ms; ttfo: the first answer token,
+after any reasoning); vLLM's `--goodput` spelling `ttft:500 tpot:50` is accepted too. A request is good when every stated bound holds, inclusively, as vLLM's
 goodput counts it; a load level meets the SLO when at least `attainment` of its requests are good (0.99: the
 P99s are within the bounds). The default is MLPerf's LLM server scenario (Llama-3.1-8B): P99 TTFT 2 s and
 P99 TPOT 100 ms.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KEYS = ("ttft", "tpot", "e2el")
+KEYS = ("ttft", "tpot", "e2el", "ttfo")
 MLPERF_SERVER = {"ttft": 2000.0, "tpot": 100.0}
 
 
@@ -29,11 +29,12 @@ class SLO:
     e2el_ms: float | None = None
     attainment: float = 0.99
     source: str = "MLPerf server defaults"
+    ttfo_ms: float | None = None
 
     @property
     def bounds(self) -> dict[str, float]:
-        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms))
-                if v is not None}
+        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms),
+                                  ("ttfo", self.ttfo_ms)) if v is not None}
 
     def describe(self) -> str:
         """`P99 TTFT <= 2 s and P99 TPOT <= 100 ms` (the percentile follows the attainment)."""
@@ -49,7 +50,7 @@ def _ms_text(ms: float) -> str:
     return f"{ms / 1000:g} s" if ms >= 1000 and ms % 100 == 0 else f"{ms:g} ms"
 
 
-_PART = re.compile(r"^\s*(ttft|tpot|e2el)\s*[=:]\s*([0-9.]+)\s*(ms|s)?\s*$")
+_PART = re.compile(r"^\s*(ttft|tpot|e2el|ttfo)\s*[=:]\s*([0-9.]+)\s*(ms|s)?\s*$")
 
 
 def parse_slo(text: str | list[str] | tuple[str, ...] | None, attainment: float = 0.99) -> SLO:
@@ -64,16 +65,20 @@ def parse_slo(text: str | list[str] | tuple[str, ...] | None, attainment: float 
             continue
         match = _PART.match(part)
         if not match:
-            raise SLOError(f"bad SLO {part!r}: use ttft=500ms,tpot=50ms[,e2el=3s]")
+            raise SLOError(f"bad SLO {part!r}: use ttft=500ms,tpot=50ms[,e2el=3s][,ttfo=5s]")
         key, value, unit = match.groups()
         bounds[key] = float(value) * (1000.0 if unit == "s" else 1.0)
-    return SLO(bounds.get("ttft"), bounds.get("tpot"), bounds.get("e2el"), attainment, "stated")
+    return SLO(bounds.get("ttft"), bounds.get("tpot"), bounds.get("e2el"), attainment, "stated", bounds.get("ttfo"))
 
 
-def good_mask(ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray, success: np.ndarray, slo: SLO) -> np.ndarray:
-    """Per request: succeeded and within every bound (a request of one token has no TPOT and passes it)."""
+def good_mask(ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray, success: np.ndarray, slo: SLO,
+              ttfo_s: np.ndarray | None = None) -> np.ndarray:
+    """Per request: succeeded and within every bound (a request of one token has no TPOT and passes it; a
+    TTFO bound is checked against `ttfo_s`, as `metrics.ttfo_or_bound` gives it)."""
     ok = np.asarray(success, dtype=bool).copy()
-    for key, values, missing in (("ttft", ttft_s, np.inf), ("tpot", tpot_s, 0.0), ("e2el", e2el_s, np.inf)):
+    ttfo_s = ttft_s if ttfo_s is None else ttfo_s
+    for key, values, missing in (("ttft", ttft_s, np.inf), ("tpot", tpot_s, 0.0), ("e2el", e2el_s, np.inf),
+                                 ("ttfo", ttfo_s, np.inf)):
         bound = slo.bounds.get(key)
         if bound is not None:
             v = np.asarray(values, dtype=float)
@@ -150,7 +155,8 @@ def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
         rows = frame[frame["label"] == r["label"]] if not frame.empty else frame
         if "warmup" in rows:
             rows = rows[~rows["warmup"].astype(bool)]
-        good = good_mask(rows["ttft"], rows["tpot"], rows["latency"], rows["success"], slo) if len(rows) else []
+        ttfo = rows.get("ttfo_bound")
+        good = good_mask(rows["ttft"], rows["tpot"], rows["latency"], rows["success"], slo, ttfo) if len(rows) else []
         points.append({"rate": float(r["request_rate"]), "attainment": float(np.mean(good)) if len(rows) else 0.0,
                        "saturated": bool(r.get("saturated")), "kept_up": r.get("kept_up"), "label": r["label"]})
     return points

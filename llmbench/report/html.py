@@ -26,7 +26,7 @@ def run_slo(meta: dict, results: list[dict]) -> SLO:
     stated = meta.get("slo")
     if stated:
         return SLO(stated.get("ttft"), stated.get("tpot"), stated.get("e2el"), stated.get("attainment", 0.99),
-                   stated.get("source", "stated"))
+                   stated.get("source", "stated"), stated.get("ttfo"))
     given = results[0].get("goodput_slos_ms") if results else None
     return SLO(given.get("ttft"), given.get("tpot"), given.get("e2el"), source="stated") if given else SLO()
 
@@ -48,14 +48,29 @@ def _fmt(value, digits: int = 1) -> str:
     return str(value)
 
 
-def summary_rows(results: list[dict], slos: dict[str, float]) -> list[dict]:
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+
+
+def latency_metrics(runs: dict[str, list[dict]]) -> tuple[str, ...]:
+    """The latencies the table shows: TTFO beside them once any run streamed reasoning."""
+    reasoning = any("p99_ttfo_ms" in r for results in runs.values() for r in results)
+    return LATENCIES + (("ttfo",) if reasoning else ())
+
+
+def summary_header(metrics: tuple[str, ...] = LATENCIES) -> list[str]:
+    return (["rate", "sent/s", "req/s", "out tok/s", "total tok/s", "goodput"] +
+            [f"{m.upper()} {p}" for m in metrics for p in ("P50", "P90", "P99")] +
+            ["failed", "send lag P90", "P99/P50 TTFT"])
+
+
+def summary_rows(results: list[dict], slos: dict[str, float], metrics: tuple[str, ...] = LATENCIES) -> list[dict]:
     rows = []
     for r in results:
         cells = []
         for key, digits in (("request_rate", 2), ("achieved_rate", 2), ("request_throughput", 2),
                             ("output_throughput", 0), ("total_token_throughput", 0), ("request_goodput", 2)):
             cells.append((_fmt(r.get(key), digits), False))
-        for metric in ("ttft", "tpot", "itl", "e2el"):
+        for metric in metrics:
             for p in ("median", "p90", "p99"):
                 value = r.get(f"{p}_{metric}_ms")
                 bad = p == "p99" and metric in slos and value is not None and value > slos[metric]
@@ -70,9 +85,6 @@ def summary_rows(results: list[dict], slos: dict[str, float]) -> list[dict]:
     return rows
 
 
-SUMMARY_HEADER = (["rate", "sent/s", "req/s", "out tok/s", "total tok/s", "goodput"] +
-                  [f"{m} {p}" for m in ("TTFT", "TPOT", "ITL", "E2EL") for p in ("P50", "P90", "P99")] +
-                  ["failed", "send lag P90", "P99/P50 TTFT"])
 
 
 def tail_warning(result: dict, slos: dict[str, float], attainment: float = 0.99) -> str | None:
@@ -131,6 +143,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
             plans[name] = json.loads(plan_path.read_text())
     slo = slo or run_slo(next(iter(metas.values())), next(iter(runs.values())))
     slos = slo.bounds
+    metrics = latency_metrics(runs)
     answers = {name: answer(results, records[name], slo) for name, results in runs.items()}
     knees = {name: knee for name, (_, knee) in answers.items()}
     sections = []
@@ -147,7 +160,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
                                                                            chunks, r["label"])})
         warnings = [w for r in results if (w := tail_warning(r, slos, slo.attainment))]
         sections.append({
-            "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos),
+            "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos, metrics),
             "knee": knees[name], "answer": answers[name][0], "warnings": warnings,
             "cdf": plots.cdfs(frame) if not frame.empty else None,
             "lengths": plots.length_histograms(frame) if not frame.empty else None,
@@ -157,7 +170,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
     env = jinja2.Environment(loader=jinja2.PackageLoader("llmbench.report", "."), autoescape=True)
     page = env.get_template("template.html").render(
         title=title or f"llmbench report — {', '.join(runs)}", version=__version__, sections=sections,
-        header=SUMMARY_HEADER, slos=slos, slo_text=slo.describe(), slos_are_default=slo.source != "stated",
+        header=summary_header(metrics), slos=slos, slo_text=slo.describe(), slos_are_default=slo.source != "stated",
         answers=[(name, text) for name, (text, _) in answers.items()],
         curve=plots.throughput_latency(runs, slos, knees), percentiles=plots.percentiles_vs_rate(runs),
         tail=plots.tail_ratio(runs), comparisons=comparison(runs) if len(runs) > 1 else [],

@@ -93,6 +93,14 @@ def cdfs(records: pd.DataFrame) -> str:
             if values.size:
                 ax.step(values, np.arange(1, values.size + 1) / values.size, where="post",
                         color=COLORS[i % len(COLORS)], label=str(label))
+            thought = group["ttfo"][group["reasoning_tokens"].notna()] if column == "ttft" and \
+                "reasoning_tokens" in group else group["ttft"].iloc[:0]
+            answered = np.sort(thought.dropna().to_numpy(dtype=float) * 1000)
+            if answered.size:  # a reasoning model: the answer's first token, dashed beside the first of any kind
+                ax.step(answered, np.arange(1, answered.size + 1) / answered.size, where="post", linestyle="--",
+                        color=COLORS[i % len(COLORS)], label=f"{label} TTFO")
+        if column == "ttft" and "reasoning_tokens" in records and records["reasoning_tokens"].notna().any():
+            title = "TTFT (solid), TTFO (dashed) (ms)"
         ax.set_xlabel(title)
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
