@@ -52,6 +52,8 @@ OPTIONS = [
     click.option("--append", is_flag=True,
                  help="Keep the results --out already has for these rates; write this run's beside them "
                       "(labels rate-N-run2, -run3, ...)."),
+    click.option("--steady-state", is_flag=True,
+                 help="Also report each rate without its ramp-up and drain (printed beside the whole run)."),
     click.option("--no-progress", is_flag=True, help="No live progress display."),
     click.option("--keep-prefix-cache", is_flag=True,
                  help="Do not ask the server to drop its prefix cache before each rate (POST /reset_prefix_cache)."),
@@ -140,7 +142,7 @@ def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
         transport=opts["engine"], workers=opts["workers"], users=opts["users"], stop_when_saturated=not single,
         max_failure_rate=opts["max_failure_rate"], reset_prefix_cache=not opts["keep_prefix_cache"],
         auto_window=auto_window, notes=[tidied] if tidied else [], overwrite=opts["overwrite"], label_suffix=suffix,
-        args=opts)
+        steady_state=opts["steady_state"], args=opts)
 
 
 def execute(plan: SweepPlan, progress: bool) -> SweepOutcome:

@@ -117,7 +117,18 @@ def row_line(row: dict) -> str:
             f"{row['completed']}, failed {row['failed']}, {_sent(row)}, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
             f"{row['p99_ttft_ms']:.0f} ms, {_ttfo(row)}TPOT P50/P99 {row['median_tpot_ms']:.1f}/"
-            f"{row['p99_tpot_ms']:.1f} ms{slo}" + (f" — {notes}" if notes else ""))
+            f"{row['p99_tpot_ms']:.1f} ms{slo}" + _steady(row.get("steady_state")) + (f" — {notes}" if notes else ""))
+
+
+def _steady(window: dict | None) -> str:
+    if not window:
+        return ""
+    if not window.get("window_s"):
+        return f"; no steady state ({window['reason']})"
+    a, b = window["window_s"]
+    return (f"; steady state {a:.1f}-{b:.1f} s ({window['requests']} requests): output "
+            f"{window['output_throughput']:,.0f} tok/s, TTFT P50/P99 {window['median_ttft_ms']:.0f}/"
+            f"{window['p99_ttft_ms']:.0f} ms, TPOT P50/P99 {window['median_tpot_ms']:.1f}/{window['p99_tpot_ms']:.1f} ms")
 
 
 def _ttfo(row: dict) -> str:

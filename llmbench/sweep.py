@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmbench import __version__, arrivals, datasets, metrics, results
+from llmbench import __version__, arrivals, datasets, metrics, results, steady_state
 from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts
 from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
@@ -74,6 +74,7 @@ class SweepPlan:
     notes: list[str] = field(default_factory=list)  # said before anything starts (a tidied flag)
     overwrite: bool = False  # replace the results of labels the folder already has
     label_suffix: str = ""  # --append: this run's labels are `rate-N<suffix>`, beside the folder's own
+    steady_state: bool = False  # also report the window without the ramp and the drain
     args: dict = field(default_factory=dict)  # the command line as given, for metadata.json
 
 
@@ -214,6 +215,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     else:
         offsets = arrivals.send_offsets(requests, rate, plan.burstiness, plan.workload.seed)
         run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
+    _honest_latency(plan, rate, run)
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
     body["saturated"] = None if run.interrupted or run.target_down else saturation(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
@@ -258,6 +260,18 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     if plan.auto_window and not row["saturated"] and row.get("median_e2el_ms"):
         _widen(plan, row["median_e2el_ms"] / 1000, f"the P50 E2E at {rate:g} req/s", view)
     return not (outcome.interrupted or outcome.failure or outcome.stop_reason)
+
+
+def _honest_latency(plan: SweepPlan, rate: float, run: RunResult) -> None:
+    """Latency from the scheduled send where there is a schedule (not at rate inf), and the steady state."""
+    if math.isfinite(rate) and not plan.users:
+        ok = [r for r in run.records if r.success and not r.warmup and not r.interrupted and r.chunk_times]
+        figures, note = steady_state.scheduled_latencies(ok, plan.percentiles)
+        run.metrics |= figures
+        if note:
+            run.notes.append(note)
+    if plan.steady_state:
+        run.metrics["steady_state"] = steady_state.steady_state(run.records, plan.percentiles)
 
 
 def outcome_label(plan: SweepPlan, rate: float) -> str:
