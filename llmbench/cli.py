@@ -43,15 +43,19 @@ def sweep(ctx: click.Context, rate: str, **opts) -> None:
 
 
 @main.command()
-@click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="HTML file (default: report.html in the folder, or ./report.html for several folders).")
+              help="HTML file (default: report.html in the folder, or ./report.html for several folders or "
+                   "another tool's file).")
 @click.option("--title", help="Page title.")
 @cli_options.add(cli_options.SLO_FLAGS)
 def report(folders: tuple[str, ...], output: str | None, title: str | None, slo: str | None,
            goodput: tuple[str, ...], attainment: float) -> None:
     """Write one self-contained HTML report of one or more results folders (overlaid when several); --slo
-    judges them against another SLO than the one they were measured with (from the per-request records)."""
+    judges them against another SLO than the one they were measured with (from the per-request records).
+    Other tools' results are read too: vLLM --save-result JSON, SGLang bench_serving JSONL, guidellm
+    benchmarks.json, AIPerf and inference-perf output folders or files."""
+    from llmbench.foreign import ForeignFormatError, as_results_folder
     from llmbench.report import build_report
     from llmbench.results import REPORT
     from llmbench.slo import SLOError, parse_slo
@@ -60,9 +64,14 @@ def report(folders: tuple[str, ...], output: str | None, title: str | None, slo:
         stated = parse_slo(slo or list(goodput), attainment) if slo or goodput or attainment != 0.99 else None
     except SLOError as err:
         raise click.BadParameter(str(err), param_hint="--slo") from None
-    output = output or str(Path(folders[0]) / REPORT if len(folders) == 1 else REPORT)
     try:
-        click.echo(f"report: {build_report(list(folders), output, title, stated)}")
+        readable = [as_results_folder(folder) for folder in folders]
+    except ForeignFormatError as err:
+        raise click.BadParameter(str(err), param_hint="FOLDERS") from None
+    mine = len(folders) == 1 and readable[0] == Path(folders[0])
+    output = output or str(Path(folders[0]) / REPORT if mine else REPORT)
+    try:
+        click.echo(f"report: {build_report(readable, output, title, stated)}")
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 

@@ -18,8 +18,9 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
               help="Predict P50/P90/P99 TTFT, TPOT, ITL and E2E at this rate (over --gpus, else one replica).")
 @click.option("--concurrency", type=click.IntRange(1), help="Closed loop: this many requests in flight.")
 @click.option("--max-throughput", is_flag=True, help="Every request at once (rate = inf): tokens/s and req/s.")
-@click.option("--results", type=click.Path(exists=True, file_okay=False),
-              help="A sweep's results folder: its rates (measured) and requests (workload); calibrates the model.")
+@click.option("--results", type=click.Path(exists=True),
+              help="A sweep's results folder: its rates (measured) and requests (workload); calibrates the model. "
+                   "Another tool's results too (vLLM, SGLang, guidellm, AIPerf, inference-perf).")
 @click.option("--measured-gpu", help="The GPU the --results sweep ran on, to predict another --gpu (default: --gpu).")
 @click.option("--measured-tp", type=click.IntRange(1), help="The sweep's tensor-parallel size (default: --tp).")
 @cli_options.add(cli_options.SLO_FLAGS)
@@ -82,7 +83,7 @@ def plan_command(ctx: click.Context, **o) -> None:
     if o["results"] is None:
         o["dataset"] = cli_options.dataset_choice(o)
         dataset_opts = cli_options.dataset_options(o, scenario_options)
-    results = Path(o["results"]) if o["results"] else None
+    results = _readable(Path(o["results"])) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
                                "max_model_len") if o[k] is not None}
@@ -109,10 +110,21 @@ def plan_command(ctx: click.Context, **o) -> None:
         plan = make_plan(request)
     except (PlanError, SLOError, DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    path = Path(o["out"]) if o["out"] else (results / "plan.json" if results else Path("plan.json"))
+    beside = results if results and results == Path(o["results"]) else None  # never into an imported copy
+    path = Path(o["out"]) if o["out"] else (beside / "plan.json" if beside else Path("plan.json"))
     path.write_text(json.dumps(plan, indent=2, default=float))
     print_plan(plan)
     click.echo(f"plan: {path}")
+
+
+def _readable(path: Path) -> Path:
+    """A results folder, or another tool's results converted into one."""
+    from llmbench.foreign import ForeignFormatError, as_results_folder
+
+    try:
+        return as_results_folder(path)
+    except ForeignFormatError as err:
+        raise click.BadParameter(str(err), param_hint="--results") from None
 
 
 def check_names(o: dict) -> None:

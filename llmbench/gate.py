@@ -18,7 +18,7 @@ import numpy as np
 
 from llmbench.metrics import output_tokens, tpot
 from llmbench.records import read_records
-from llmbench.results import label_for
+from llmbench.results import label_for, result_files
 
 BASELINE_FORMAT = "llmbench-baseline/1"
 MAX_SAMPLES = 2000
@@ -69,16 +69,28 @@ def load_runs(path: Path | str) -> dict[str, Run]:
     if not path.exists():
         raise GateInputError(f"{path}: no such file or folder")
     if path.is_dir():
-        return _from_folder(path)
+        return _from_folder(path) if result_files(path) else _from_foreign(path)
+    if path.suffix == ".jsonl":
+        return _from_foreign(path)
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise GateInputError(f"{path}: not JSON ({err.msg})") from None
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
         return {label: _from_baseline(label, run, data) for label, run in data["runs"].items()}
-    if isinstance(data, dict) and "completed" in data:
+    if isinstance(data, dict) and "completed" in data and "aiperf_version" not in data:
         return {_label(data): _from_result(data)}
-    raise GateInputError(f"{path}: neither a results folder, a result JSON (vLLM or llmbench) nor a baseline")
+    return _from_foreign(path)
+
+
+def _from_foreign(path: Path) -> dict[str, Run]:
+    from llmbench.foreign import ForeignFormatError, as_results_folder
+
+    try:
+        return _from_folder(as_results_folder(path))
+    except ForeignFormatError:
+        raise GateInputError(f"{path}: neither a results folder, a result JSON (vLLM or llmbench), a baseline, "
+                             "nor another tool's results (SGLang, guidellm, AIPerf, inference-perf)") from None
 
 
 def _label(data: dict) -> str:

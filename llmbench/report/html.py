@@ -220,7 +220,10 @@ def _chunk_times(folder: Path, result: dict) -> list[list[float]]:
 def _meta_rows(meta: dict, first: dict) -> list[tuple[str, str]]:
     target = meta.get("target", {})
     version = target.get("version") or {}
-    rows = [
+    imported = meta.get("imported_from")
+    rows = [("imported from", f"{imported['tool']}: {imported['file']} ({imported['records']})"
+             + "".join(f"; {note}" for note in imported.get("notes", [])))] if imported else []
+    rows += [
         ("target", f"{target.get('base_url', '?')}{' (bundled engine)' if target.get('bundled') else ''}"),
         ("model", first.get("model_id", "?")),
         ("engine", f"{version.get('engine', '')} {version.get('version', '')}".strip() or "unknown"),
