@@ -31,6 +31,7 @@ DATASET_FLAGS = {
     "trace_duration": (TRACES, "trace_duration"),
     "model_filter": (("burstgpt",), "model_filter"),
     "hash_block_size": (("mooncake",), "block_size"),
+    "sessions": (("burstgpt", "mooncake"), "sessions_on"),
 }
 
 DATASET = [
@@ -54,6 +55,9 @@ DATASET = [
     click.option("--model-filter", help="burstgpt: only the rows of this Model."),
     click.option("--hash-block-size", type=click.IntRange(1),
                  help="mooncake: tokens per hash id (512; Bailian 16, WEKA 64)."),
+    click.option("--sessions/--no-sessions", default=None,
+                 help="burstgpt, mooncake: replay a session's rows (Session ID; Bailian chat_id chains) as one "
+                      "conversation, each turn after the reply before it (default), or every row alone."),
     click.option("--seed", default=0, show_default=True),
 ]
 WORKLOAD = [  # the dataset, and how its tokens are counted and where its defaults come from

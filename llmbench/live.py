@@ -117,7 +117,16 @@ def row_line(row: dict) -> str:
             f"{row['completed']}, failed {row['failed']}, {_sent(row)}, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
             f"{row['p99_ttft_ms']:.0f} ms, {_ttfo(row)}TPOT P50/P99 {row['median_tpot_ms']:.1f}/"
-            f"{row['p99_tpot_ms']:.1f} ms{slo}" + _steady(row.get("steady_state")) + (f" — {notes}" if notes else ""))
+            f"{row['p99_tpot_ms']:.1f} ms{slo}" + _steady(row.get("steady_state")) + _sessions(row.get("sessions"))
+            + (f" — {notes}" if notes else ""))
+
+
+def _sessions(s: dict | None) -> str:
+    if not s:
+        return ""
+    by_turn = ", ".join(f"{int(turn) + 1}: {ms:.0f}" for turn, ms in list(s["median_ttft_ms_by_turn"].items())[:6])
+    return (f"; {s['sessions']} sessions of {s['mean_turns']:.1f} turns (P50 {s['median_session_duration_s']:.1f} s"
+            f", {s['sessions_with_a_failed_turn']} with a failed turn), TTFT P50 ms by turn {by_turn}")
 
 
 def _steady(window: dict | None) -> str:

@@ -115,12 +115,38 @@ def compute(records: list[RequestRecord], duration: float | None = None,
         result |= {"reasoning_requests": len(thinkers), "total_reasoning_tokens": reasoning,
                    "total_answer_tokens": total_output - reasoning,
                    "answered_requests": sum(r.first_output is not None for r in ok)}
+    if (per_session := sessions(measured)) is not None:
+        result["sessions"] = per_session
     result |= client_health(measured, percentiles, requested_rate)
     result |= backlog(measured)
     failed = [r for r in measured if not r.success]
     result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in failed))
     result["failure_summary"] = failure_summary(failed) if failed else None
     return result
+
+
+def sessions(measured: list[RequestRecord]) -> dict | None:
+    """Per-session figures of a multi-turn run (a conversation dataset, or a trace's sessions): how many,
+    their turns and durations (first send to last token), and TTFT by turn index (a later turn carries more
+    history, or finds its prefix cached)."""
+    by: dict[str, list[RequestRecord]] = {}
+    for r in measured:
+        if r.conversation_id is not None:
+            by.setdefault(r.conversation_id, []).append(r)
+    multi = [turns for turns in by.values() if len(turns) > 1]
+    if not multi:
+        return None
+    durations = np.array([max(r.end for r in t) - min(r.start for r in t) for t in multi])
+    ttfts: dict[int, list[float]] = {}
+    for r in (r for turns in by.values() for r in turns if r.success and r.ttft is not None):
+        ttfts.setdefault(r.turn, []).append(r.ttft * 1000.0)
+    return {"sessions": len(multi), "mean_turns": float(np.mean([len(t) for t in multi])),
+            "max_turns": max(len(t) for t in multi),
+            "sessions_with_a_failed_turn": sum(any(not r.success for r in t) for t in multi),
+            "median_session_duration_s": float(np.median(durations)),
+            "p99_session_duration_s": float(np.percentile(durations, 99)),
+            "median_ttft_ms_by_turn": {turn: float(np.median(v)) for turn, v in sorted(ttfts.items())},
+            "p99_ttft_ms_by_turn": {turn: float(np.percentile(v, 99)) for turn, v in sorted(ttfts.items())}}
 
 
 def failure_cause(error: str) -> str:

@@ -192,11 +192,20 @@ class Run:
         for turn, (user, out_len) in enumerate(zip(req.follow_ups, req.follow_up_output_lens, strict=False), 1):
             if self.target_down.is_set() or text is None:
                 return
-            messages = (messages or []) + [{"role": "assistant", "content": text}, {"role": "user", "content": user}]
-            if self.cfg.think_time:
+            if req.follow_up_at:  # a trace's session: the turn's own time, never before the reply it follows
+                wait = self.t0 + req.follow_up_at[turn - 1] - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            elif self.cfg.think_time:
                 await asyncio.sleep(self.cfg.think_time)
             now = time.perf_counter() - self.t0
-            follow = Request(None, 0, out_len, messages=messages, conversation_id=req.conversation_id, turn=turn)
+            if req.follow_ups_whole:
+                messages = [{"role": "user", "content": user}]
+                follow = Request(user, 0, out_len, conversation_id=req.conversation_id, turn=turn)
+            else:
+                messages = (messages or []) + [{"role": "assistant", "content": text},
+                                               {"role": "user", "content": user}]
+                follow = Request(None, 0, out_len, messages=messages, conversation_id=req.conversation_id, turn=turn)
             text = await self._turn(follow, now, messages, dispatched=now)
 
     async def _turn(self, req: Request, scheduled: float, messages: list[dict] | None, dispatched: float = 0.0,

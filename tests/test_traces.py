@@ -105,3 +105,56 @@ def test_a_mooncake_slice_replayed_fast_hits_the_prefix_cache(tiny_model, serve_
     series = [json.loads(line) for line in (out / "rate-inf.server_metrics.jsonl").read_text().splitlines()]
     assert max(p.get("prefix_hits", 0) for p in series) > 0
     assert "on the trace's own schedule" in r.output and "all at once" not in r.output
+
+
+SESSIONS = """Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type
+0.0,a,0.4,ChatGPT,30,8,38,Conversation log
+0.5,b,0.4,ChatGPT,20,8,28,Conversation log
+1.0,a,0.4,ChatGPT,60,8,68,Conversation log
+1.2,a,0.4,ChatGPT,90,8,98,Conversation log
+2.0,c,0.4,ChatGPT,25,8,33,Conversation log
+"""
+
+
+def test_a_burstgpt_session_replays_as_a_conversation(scripted, tmp_path, tiny_model):
+    """Session a's turns are due at 0, 0.5 and 0.6 s (2x speed); each reply takes ~0.44 s, so its second turn
+    goes at its own time and its third waits for the second's reply; each turn carries the history."""
+    from llmbench.records import read_records
+
+    server = scripted("--ttft-ms", "20", "--itl-ms", "60")
+    path = tmp_path / "sessions.csv"
+    path.write_text(SESSIONS)
+    out = tmp_path / "sessions"
+    r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--backend",
+                                  "openai-chat", "--dataset", "burstgpt", "--dataset-path", str(path),
+                                  "--time-scale", "2", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    turns = sorted((x for x in read_records(out / "rate-inf.records.jsonl") if x.conversation_id == "a"),
+                   key=lambda x: x.turn)
+    assert [x.turn for x in turns] == [0, 1, 2] and all(x.success for x in turns)
+    assert turns[1].start == pytest.approx(0.5, abs=0.1) and turns[1].start >= turns[0].end
+    assert turns[2].start >= turns[1].end > 0.6
+    result = json.loads((out / "rate-inf.json").read_text())
+    assert result["sessions"]["sessions"] == 1 and result["sessions"]["max_turns"] == 3
+    assert set(result["sessions"]["median_ttft_ms_by_turn"]) == {"0", "1", "2"}
+    assert "1 sessions of 3.0 turns" in r.output and "later turns of 1 sessions" in result["dataset_description"]
+    import urllib.request
+
+    truth = json.loads(urllib.request.urlopen(server.url + "/truth").read())
+    assert max(len(t["messages"] or []) for t in truth) == 5  # user, reply, user, reply, user
+
+
+def test_bailian_chat_chains_are_sessions_of_whole_prompts(tok, tmp_path):
+    rows = [{"timestamp": 0, "input_length": 32, "output_length": 4, "hash_ids": [1, 2], "chat_id": 10,
+             "parent_chat_id": -1},
+            {"timestamp": 100, "input_length": 16, "output_length": 4, "hash_ids": [7], "chat_id": 20,
+             "parent_chat_id": -1},
+            {"timestamp": 400, "input_length": 48, "output_length": 4, "hash_ids": [1, 2, 3], "chat_id": 11,
+             "parent_chat_id": 10}]
+    path = mooncake(tmp_path / "bailian.jsonl", rows)
+    reqs, info = datasets.build("mooncake", tok, 0, path=str(path), block_size=16)
+    assert len(reqs) == 2 and reqs[0].follow_ups_whole and reqs[0].follow_up_at == pytest.approx([0.4])
+    assert reqs[0].follow_ups[0].startswith(reqs[0].prompt[:40])  # the later turn's blocks start with the first's
+    assert "later turns of 1 sessions" in info.description
+    alone, _ = datasets.build("mooncake", tok, 0, path=str(path), block_size=16, sessions_on=False)
+    assert len(alone) == 3

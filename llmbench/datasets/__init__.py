@@ -19,6 +19,8 @@ class Request:
     turn: int = 0
     follow_ups: list[str] = field(default_factory=list)  # multi-turn: later user turns
     follow_up_output_lens: list[int] = field(default_factory=list)
+    follow_up_at: list[float] = field(default_factory=list)  # a trace's session: each later turn's own timestamp
+    follow_ups_whole: bool = False  # each follow-up is a whole prompt (a trace whose lengths include history)
 
 
 @dataclass

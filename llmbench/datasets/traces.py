@@ -5,7 +5,11 @@
     burstgpt  CSV  Timestamp (s), Session ID, Elapsed time, Model, Request tokens, Response tokens,
                    Total tokens, Log Type; rows with 0 response tokens are failures: skipped and counted
     mooncake  JSONL  timestamp (ms), input_length, output_length, hash_ids (one id per block of
-                   --hash-block-size tokens, 512 in Mooncake's traces; 16 in Bailian's, 64 in WEKA's)
+                   --hash-block-size tokens, 512 in Mooncake's traces; 16 in Bailian's, 64 in WEKA's);
+                   Bailian's chat_id / parent_chat_id chain turns into sessions
+
+Rows of one session (BurstGPT's Session ID, a Bailian chain) replay as a conversation: a later turn goes at its
+own timestamp, or once the reply before it arrived if that is later (`sessions_on=False`: every row alone).
 
 The traces publish lengths, not text: each prompt is synthesized with the target's tokenizer to the trace's
 length. Mooncake's equal hash ids become identical token blocks, so a server's prefix cache sees the sharing
@@ -33,7 +37,7 @@ MOONCAKE = ("timestamp", "input_length", "output_length")
 
 def build(fmt: str, tokenizer, num_requests: int, seed: int = 0, path: str | None = None, time_scale: float = 1.0,
           trace_start: float = 0.0, trace_duration: float | None = None, model_filter: str | None = None,
-          block_size: int = 512) -> tuple[list[Request], DatasetInfo]:
+          block_size: int = 512, sessions_on: bool = True) -> tuple[list[Request], DatasetInfo]:
     if not path:
         raise DatasetError(f"the {fmt} dataset needs --dataset-path FILE")
     file = Path(path)
@@ -51,14 +55,57 @@ def build(fmt: str, tokenizer, num_requests: int, seed: int = 0, path: str | Non
     if rows.empty:
         raise DatasetError(f"{file}: no requests in the window asked (--trace-start {trace_start:g}, "
                            f"--trace-duration {trace_duration})")
-    requests = [_request(tokenizer, row, (float(row.t) - trace_start) / time_scale, block_size, seed + i)
-                for i, row in enumerate(rows.itertuples())]
-    span = requests[-1].timestamp
-    description = (f"{fmt} trace {file.name}: {len(requests)} requests over {span:.1f} s"
-                   + (f" ({time_scale:g}x speed)" if time_scale != 1 else "") + ", replayed at its timestamps")
+    singles = [_request(tokenizer, row, (float(row.t) - trace_start) / time_scale, block_size, seed + i)
+               for i, row in enumerate(rows.itertuples())]
+    span = singles[-1].timestamp
+    requests = sessions(singles, tokenizer, seed, history=fmt == "burstgpt") if sessions_on else singles
+    turns = len(singles) - len(requests)
+    description = (f"{fmt} trace {file.name}: {len(singles)} requests over {span:.1f} s"
+                   + (f" ({time_scale:g}x speed)" if time_scale != 1 else "") + ", replayed at its timestamps"
+                   + (f"; {turns} of them later turns of {sum(bool(r.follow_ups) for r in requests)} sessions, "
+                      "each sent once the reply before it arrived" if turns else ""))
     options = {"path": str(file), "time_scale": time_scale, "trace_start": trace_start,
-               "trace_duration": trace_duration, "model_filter": model_filter, "block_size": block_size}
+               "trace_duration": trace_duration, "model_filter": model_filter, "block_size": block_size,
+               "sessions": sessions_on}
     return requests, DatasetInfo(fmt, description, options, notes)
+
+
+def sessions(singles: list[Request], tokenizer, seed: int, history: bool) -> list[Request]:
+    """Rows of one session become one conversation: later turns wait for the reply before them and go at their
+    own timestamp if that is later. With `history` (BurstGPT: a turn's request tokens count the conversation
+    so far) each turn carries the history plus the actual reply and adds a user message of the tokens the trace
+    adds; without (Mooncake/Bailian: hash ids already encode the shared history) each turn is its whole prompt."""
+    grouped: dict[str, list[Request]] = {}
+    order: list[Request | list[Request]] = []
+    for req in singles:
+        if req.conversation_id is None:
+            order.append(req)
+        elif req.conversation_id in grouped:
+            grouped[req.conversation_id].append(req)
+        else:
+            grouped[req.conversation_id] = [req]
+            order.append(grouped[req.conversation_id])
+    out = []
+    for item in order:
+        if isinstance(item, Request) or len(item) == 1:
+            out.append(item if isinstance(item, Request) else item[0])
+            continue
+        first, later = item[0], item[1:]
+        first.follow_up_at = [r.timestamp for r in later]
+        first.follow_up_output_lens = [r.output_len for r in later]
+        first.follow_ups_whole = not history
+        if history:
+            so_far, texts = first.prompt_len + first.output_len, []
+            for i, r in enumerate(later):
+                added = r.prompt_len - so_far if r.prompt_len > so_far else r.prompt_len
+                texts.append(random_text_of_length(tokenizer, max(added, 1), seed + 7919 * (i + 1) + len(out)))
+                so_far += max(added, 1) + r.output_len
+            first.follow_ups = texts
+            first.messages = [{"role": "user", "content": first.prompt}]
+        else:
+            first.follow_ups = [r.prompt for r in later]
+        out.append(first)
+    return out
 
 
 def _columns(frame: pd.DataFrame, file: Path, needed: tuple[str, ...]) -> None:
@@ -105,11 +152,24 @@ def _mooncake(file: Path, _model_filter) -> tuple[pd.DataFrame, list[str]]:
         try:
             item = json.loads(line)
             items.append({"t": float(item["timestamp"]) / 1000.0, "input": int(item["input_length"]),
-                          "output": int(item["output_length"]), "hash_ids": list(item.get("hash_ids") or [])})
+                          "output": int(item["output_length"]), "hash_ids": list(item.get("hash_ids") or []),
+                          "chat_id": item.get("chat_id"), "parent": item.get("parent_chat_id")})
         except (ValueError, KeyError, TypeError) as err:
             raise DatasetError(f"{file}: line {lineno} is not a Mooncake record ({err}; it needs "
                                f"{', '.join(MOONCAKE)} and optionally hash_ids)") from None
-    return pd.DataFrame(items, columns=["t", "input", "output", "hash_ids"]), []
+    frame = pd.DataFrame(items, columns=["t", "input", "output", "hash_ids", "chat_id", "parent"])
+    if frame["chat_id"].notna().any():  # Bailian: a turn names the chat it follows; a session is a chain's root
+        parent = dict(zip(frame["chat_id"], frame["parent"], strict=True))
+
+        def root(chat):
+            seen = set()
+            while parent.get(chat) not in (None, -1, "-1") and chat not in seen and not pd.isna(parent.get(chat)):
+                seen.add(chat)
+                chat = parent[chat]
+            return str(chat)
+
+        frame["session"] = [root(c) if not pd.isna(c) else None for c in frame["chat_id"]]
+    return frame.drop(columns=["chat_id", "parent"]), []
 
 
 def _request(tokenizer, row, at: float, block_size: int, seed: int) -> Request:
