@@ -19,14 +19,14 @@ from llmbench import datasets
 # CLI option -> (datasets it applies to, the dataset builder's keyword)
 TRACES = ("azure", "burstgpt", "mooncake")
 DATASET_FLAGS = {
-    "dataset_path": (("sharegpt", "multi-turn", "jsonl", *TRACES), "path"),
-    "input_len": (("random",), "input_len"),
-    "output_len": (("sharegpt", "multi-turn", "random", "jsonl"), "output_len"),
+    "dataset_path": (("sharegpt", "multi-turn", "jsonl", *TRACES, "rate-profile"), "path"),
+    "input_len": (("random", "rate-profile"), "input_len"),
+    "output_len": (("sharegpt", "multi-turn", "random", "jsonl", "rate-profile"), "output_len"),
     "range_ratio": (("random",), "range_ratio"),
     "input_mean": (("synthetic",), "input_mean"),
     "output_mean": (("synthetic",), "output_mean"),
     "max_turns": (("multi-turn",), "max_turns"),
-    "time_scale": (TRACES, "time_scale"),
+    "time_scale": ((*TRACES, "rate-profile"), "time_scale"),
     "trace_start": (TRACES, "trace_start"),
     "trace_duration": (TRACES, "trace_duration"),
     "model_filter": (("burstgpt",), "model_filter"),
@@ -104,7 +104,7 @@ def dataset_options(opts: dict, chosen: dict | None = None) -> dict:
             raise click.UsageError(f"--{flag.replace('_', '-')} does not apply to the {name} dataset (it applies to "
                                    f"{fits})")
         out[keyword] = opts[flag]
-    if name in ("jsonl", *TRACES) and not out.get("path"):
+    if name in ("jsonl", *TRACES, "rate-profile") and not out.get("path"):
         raise click.UsageError(f"the {name} dataset needs --dataset-path FILE")
     if out.get("path") and not Path(out["path"]).is_file():
         raise click.BadParameter(f"{out['path']}: no such dataset file", param_hint="--dataset-path")

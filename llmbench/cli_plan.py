@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from llmbench import cli_options
+from llmbench import cli_options, cli_timeline
 
 MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-throughput, or none (SLO capacity)"
 
@@ -53,6 +53,7 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
 @click.option("--prefix-hit-rate", default=0.0, show_default=True, type=click.FloatRange(0, 0.99))
 @click.option("--no-search", is_flag=True, help="Do not search the engine-flag grid.")
 @click.option("--out", type=click.Path(dir_okay=False), help="plan.json path (default: in --results, or ./).")
+@cli_options.add(cli_timeline.FLAGS)
 @click.pass_context
 def plan_command(ctx: click.Context, **o) -> None:
     """Answer a capacity question for a workload, an engine and GPUs, with bands: GPUs for --qps, latencies
@@ -96,7 +97,7 @@ def plan_command(ctx: click.Context, **o) -> None:
     try:
         slo = parse_slo(o["slo"] or list(o["goodput"] or ()), o["attainment"])
         check_names(o)
-        work = None if results else workload(o, dataset_opts)
+        work = None if results or o["timeline"] else workload(o, dataset_opts)
         request = PlanRequest(
             slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
@@ -107,13 +108,15 @@ def plan_command(ctx: click.Context, **o) -> None:
             burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],
             gpus=o["gpus"], price_per_hour=o["price"], prefix_hit_rate=o["prefix_hit_rate"],
             search_knobs=not o["no_search"])
-        plan = make_plan(request)
+        plan = cli_timeline.plan_timeline(o, request, make_plan) if o["timeline"] else make_plan(request)
     except (PlanError, SLOError, DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None
     beside = results if results and results == Path(o["results"]) else None  # never into an imported copy
     path = Path(o["out"]) if o["out"] else (beside / "plan.json" if beside else Path("plan.json"))
     path.write_text(json.dumps(plan, indent=2, default=float))
     print_plan(plan)
+    if "policies" in plan:
+        cli_timeline.print_timeline(plan)
     click.echo(f"plan: {path}")
 
 
@@ -136,7 +139,10 @@ def check_names(o: dict) -> None:
         if o["model"]:
             models.model(o["model"])
         if o["gpu"] and not o["gpu_spec"]:
-            gpus.gpu(o["gpu"])
+            if "," in o["gpu"] and not o["timeline"]:
+                raise PlanError("several --gpu candidates (A,B) are compared over a day: add --timeline WINDOW")
+            for name in o["gpu"].split(","):
+                gpus.gpu(name.strip())
         if o["measured_gpu"]:
             gpus.gpu(o["measured_gpu"])
     except KeyError as err:

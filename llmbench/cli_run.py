@@ -110,7 +110,7 @@ def build_plan(ctx: click.Context, opts: dict, *, single: bool) -> SweepPlan:
         raise click.BadParameter(f"{opts['percentiles']!r}: use numbers, e.g. 50,90,99",
                                  param_hint="--percentiles") from None
     opts["dataset"] = cli_options.dataset_choice(opts)
-    if opts["dataset"] in cli_options.TRACES and len(rates) > 1:
+    if opts["dataset"] in (*cli_options.TRACES, "rate-profile") and len(rates) > 1:
         raise click.UsageError(f"a {opts['dataset']} trace replays at its own timestamps, not at a rate: use "
                                "`llmbench run` (--time-scale sets its pace)")
     options = cli_options.dataset_options(opts, scenario_dataset)

@@ -33,7 +33,8 @@ class DatasetInfo:
     notes: list[str] = field(default_factory=list)  # worth telling the user (a damaged dataset file)
 
 
-NAMES = ("sharegpt", "random", "synthetic", "shared-prefix", "multi-turn", "jsonl", "azure", "burstgpt", "mooncake")
+NAMES = ("sharegpt", "random", "synthetic", "shared-prefix", "multi-turn", "jsonl", "azure", "burstgpt", "mooncake",
+         "rate-profile")
 
 
 def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> tuple[list[Request], DatasetInfo]:
@@ -44,6 +45,7 @@ def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> 
         jsonl,
         multi_turn,
         random_lengths,
+        rate_profile,
         shared_prefix,
         sharegpt_requests,
         synthetic,
@@ -57,6 +59,7 @@ def build(name: str, tokenizer, num_requests: int, seed: int = 0, **options) -> 
         "shared-prefix": shared_prefix.build,
         "multi-turn": multi_turn.build,
         "jsonl": jsonl.build,
+        "rate-profile": rate_profile.build,
         **{fmt: partial(traces.build, fmt) for fmt in traces.FORMATS},
     }
     if name not in builders:

@@ -45,7 +45,7 @@ def build(fmt: str, tokenizer, num_requests: int, seed: int = 0, path: str | Non
         raise DatasetError(f"{file}: no such dataset file")
     if time_scale <= 0:
         raise DatasetError(f"--time-scale must be positive, got {time_scale}")
-    rows, notes = {"azure": _azure, "burstgpt": _burstgpt, "mooncake": _mooncake}[fmt](file, model_filter)
+    rows, notes = read_rows(fmt, file, model_filter)
     rows = rows.sort_values("t", kind="stable")
     rows["t"] = (rows["t"] - rows["t"].iloc[0]) if len(rows) else rows["t"]
     window = (rows["t"] >= trace_start) & ((rows["t"] < trace_start + trace_duration) if trace_duration else True)
@@ -106,6 +106,11 @@ def sessions(singles: list[Request], tokenizer, seed: int, history: bool) -> lis
             first.follow_ups = [r.prompt for r in later]
         out.append(first)
     return out
+
+
+def read_rows(fmt: str, file: Path, model_filter: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The trace's rows as `t` (s), `input`, `output` (and `session`, `hash_ids` where it has them)."""
+    return {"azure": _azure, "burstgpt": _burstgpt, "mooncake": _mooncake}[fmt](Path(file), model_filter)
 
 
 def _columns(frame: pd.DataFrame, file: Path, needed: tuple[str, ...]) -> None:

@@ -165,6 +165,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
             "cdf": plots.cdfs(frame) if not frame.empty else None,
             "lengths": plots.length_histograms(frame) if not frame.empty else None,
             "timelines": timelines, "plan": plan_rows(plans[name]) if name in plans else None,
+            "day": plots.day(plans[name]) if name in plans and "series" in plans[name] else None,
             "meta_rows": _meta_rows(metas[name], results[0]),
         })
     env = jinja2.Environment(loader=jinja2.PackageLoader("llmbench.report", "."), autoescape=True)
@@ -200,6 +201,14 @@ def plan_rows(plan: dict) -> list[tuple[str, str]]:
     if "usd_per_hour" in cost:
         rows.append(("cost", f"${cost['usd_per_hour']:.2f}/hour (${cost['usd_per_gpu_hour']:.2f}/GPU-hour, "
                              f"{cost['price_source']})"))
+    for policy in plan.get("policies", []):
+        price = "" if policy["cost_per_day"] is None else f", ${policy['cost_per_day']:,.0f} per day"
+        rows.append((f"policy: {policy['name']}", f"{policy['gpu_hours']:,.1f} GPU-hours{price}, SLO attainment "
+                                                  f"{policy['attainment']:.2%}, peak {policy['peak_replicas']} replicas"))
+    for row in plan.get("fleet", []):
+        price = "" if row["cost_per_day"] is None else f", ${row['cost_per_day']:,.0f} per day"
+        rows.append((f"fleet: {row['gpu']}", f"autoscaled {row['gpu_hours']:,.1f} GPU-hours{price}, attainment "
+                                             f"{row['attainment']:.2%}"))
     rows += [("estimate", note) for note in plan.get("estimates", [])]
     return rows
 

@@ -169,3 +169,22 @@ def tail_ratio(runs: dict[str, list[dict]]) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _svg(fig)
+
+
+def day(plan: dict) -> str:
+    """`plan --timeline`: offered load over the day and the replicas each policy holds."""
+    series = plan["series"]
+    hours = np.arange(len(series["rate"])) * series["step_s"] / 3600.0
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    ax.plot(hours, series["rate"], color=COLORS[0], lw=1, label="offered req/s")
+    ax.set_xlabel("hours")
+    ax.set_ylabel("req/s", color=COLORS[0])
+    right = ax.twinx()
+    for i, name in enumerate(k for k in series if k not in ("step_s", "rate")):
+        right.step(hours, series[name], where="post", color=COLORS[(i + 1) % len(COLORS)], label=f"{name} replicas")
+    right.set_ylabel("replicas")
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    return _svg(fig)

@@ -1,0 +1,111 @@
+"""`llmbench plan --timeline WINDOW`: the planner's per-replica capacity (measured or simulated, per candidate
+GPU) played over a day of traffic; the cheapest fleet and its policies in plan.json and on the console."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from llmbench import cli_options
+
+FLAGS = [
+    click.option("--timeline", metavar="WINDOW",
+                 help="Plan a day window by window (e.g. 5m) over a trace or --dataset rate-profile: replicas per "
+                      "window and provisioning policies compared (GPU-hours, $, SLO attainment)."),
+    click.option("--scale-up-delay", default="5m", show_default=True,
+                 help="--timeline: time from asking for a replica to its serving (provisioning, load, warm-up)."),
+    click.option("--cooldown", default="10m", show_default=True,
+                 help="--timeline: how long fewer replicas must suffice before the autoscaler drops some."),
+    click.option("--target-utilization", default=0.7, show_default=True, type=click.FloatRange(0.05, 1.0),
+                 help="--timeline: the autoscaler keeps the offered rate at this share of its capacity."),
+    click.option("--min-replicas", default=1, show_default=True, type=click.IntRange(0),
+                 help="--timeline: the fleet's floor."),
+    click.option("--overload", default="queue", show_default=True, type=click.Choice(["queue", "shed"]),
+                 help="--timeline: requests beyond capacity wait in a queue, or are refused."),
+]
+DELAYS = (0.0, 60.0, 300.0, 900.0)
+
+
+def day_workload(o: dict, the_day):
+    """The simulator's lengths: the trace's own, else the workload flags (ShareGPT by default)."""
+    import numpy as np
+
+    from llmbench.plan.workload import Workload, from_dataset
+
+    if the_day.prompts is not None and the_day.outputs is not None and len(the_day.prompts):
+        rng = np.random.default_rng(o["seed"])
+        idx = rng.choice(len(the_day.prompts), min(len(the_day.prompts), 2000), replace=False)
+        return Workload(np.maximum(the_day.prompts[idx], 1), np.maximum(the_day.outputs[idx], 1),
+                        f"{the_day.source}: its own lengths ({len(idx):,} sampled)")
+    name = "random" if o["input_len"] else "sharegpt"
+    options = {k: o[k] for k in ("input_len", "output_len") if o[k]} if name == "random" else {}
+    return from_dataset(name, options, o["num_prompts"] or 1000, o["tokenizer"], o["seed"])
+
+
+def plan_timeline(o: dict, request, make_plan) -> dict:
+    """One plan per candidate GPU (`--gpu A,B`), each with its day; the cheapest autoscaled fleet answers."""
+    from llmbench.plan import autoscale
+    from llmbench.plan.day import load, parse_duration
+    from llmbench.plan.timeline import plan_day
+
+    try:
+        window = parse_duration(o["timeline"])
+        delay, cooldown = parse_duration(o["scale_up_delay"]), parse_duration(o["cooldown"])
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--timeline/--scale-up-delay/--cooldown") from None
+    o["dataset"] = cli_options.dataset_choice(o)
+    the_day = load(o["dataset"], cli_options.dataset_options(o), window)
+    policy = autoscale.Policy("autoscale", delay, cooldown, o["target_utilization"], o["min_replicas"])
+    peak = float(the_day.windows(window)[1].max())
+    work = request.workload if request.results else day_workload(o, the_day)
+    candidates = []
+    for gpu in [g.strip() for g in (o["gpu"] or "").split(",")] or [None]:
+        plan = make_plan(dataclasses.replace(request, gpu=gpu or None, qps=max(peak, 1e-6), workload=work))
+        layer = plan.get("measured") or plan.get("simulated") or {}
+        if not layer.get("per_replica_rate"):
+            raise click.ClickException(f"no per-replica capacity under the SLO to plan the day with ({gpu})")
+        band = 0.0 if plan.get("measured") else plan["setup"]["bands"].get("throughput", 0.0)
+        p99 = next((f["value"] for f in plan["figures"] if f["name"] == "P99 TTFT"), None)
+        budget = request.slo.ttft_ms / 1000 - (p99 or 0) / 1000 if request.slo.ttft_ms else 1.0
+        plan |= plan_day(the_day, window, layer["per_replica_rate"], band, layer.get("gpus_per_replica") or 1,
+                         (plan.get("cost") or {}).get("usd_per_gpu_hour"), request.burst_headroom,
+                         max(budget, 0.0), policy, o["overload"], DELAYS)
+        plan["gpu"] = gpu
+        candidates.append(plan)
+    best = min(candidates, key=lambda p: _price(p["policies"][1]))
+    if len(candidates) > 1:
+        best["fleet"] = [{"gpu": p["gpu"], **{k: p["policies"][1][k] for k in ("gpu_hours", "cost_per_day",
+                                                                           "attainment", "peak_replicas")},
+                          "static_peak_cost_per_day": p["policies"][0]["cost_per_day"]} for p in candidates]
+    auto, static = best["policies"][1], best["policies"][0]
+    best["answer"] = (f"over {the_day.hours:.1f} h of {the_day.source}: autoscaled {auto['gpu_hours']:.1f} GPU-hours"
+                      + (f" (${auto['cost']:,.0f})" if auto["cost"] is not None else "")
+                      + f", SLO attainment {auto['attainment']:.1%}, peak {auto['peak_replicas']} replicas"
+                      + (f" of {best['gpu']}" if best["gpu"] else "")
+                      + f"; static peak {static['gpu_hours']:.1f} GPU-hours ({static['peak_replicas']} replicas, "
+                        f"attainment {static['attainment']:.1%})")
+    return best
+
+
+def _price(policy: dict) -> float:
+    return policy["cost"] if policy["cost"] is not None else policy["gpu_hours"]
+
+
+def print_timeline(plan: dict) -> None:
+    from rich.table import Table
+
+    from llmbench.live import terminal
+
+    console = terminal()
+    table = Table(title=f"policies over the day — {plan['day']['source']}")
+    for col in ("policy", "GPU-hours", "$ per day", "SLO attainment", "peak replicas"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for p in plan["policies"]:
+        table.add_row(p["name"], f"{p['gpu_hours']:,.1f}", "-" if p["cost_per_day"] is None else
+                      f"{p['cost_per_day']:,.0f}", f"{p['attainment']:.2%}", str(p["peak_replicas"]))
+    console.print(table)
+    for row in plan.get("fleet", []):
+        console.print(f"fleet candidate {row['gpu']}: {row['gpu_hours']:,.1f} GPU-hours, "
+                      + ("-" if row["cost_per_day"] is None else f"${row['cost_per_day']:,.0f}/day")
+                      + f", attainment {row['attainment']:.1%}", highlight=False)

@@ -1,0 +1,95 @@
+"""Capacity over a day: a diurnal load made here, policies played on it (an autoscaler never pays more
+GPU-hours than static peak provisioning, and its SLO attainment falls as its provisioning delay grows), a
+day-slice in a public trace format read window by window, and `plan --timeline` over GPU candidates."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from llmbench.cli import main
+from llmbench.plan import autoscale
+from llmbench.plan.day import Day, load, parse_duration
+
+STEP = 30.0
+
+
+def diurnal() -> np.ndarray:
+    """24 h in 30-s steps: a night of 5 req/s, a morning ramp to 50 req/s within ten minutes, an afternoon
+    spike, an evening decline."""
+    t = np.arange(0, 24 * 3600, STEP)
+    rate = 5 + 20 * (1 - np.cos(2 * np.pi * t / 86400)) / 2
+    rate += np.where((t > 8 * 3600) & (t < 12 * 3600), 25 * np.clip((t - 8 * 3600) / 600, 0, 1), 0)
+    rate += np.where((t > 15 * 3600) & (t < 15.5 * 3600), 30, 0)
+    return rate
+
+
+def test_autoscaling_pays_less_and_its_lag_costs_attainment():
+    rates = diurnal()
+    budget = 1.0  # seconds of queueing a request can take within its TTFT bound
+    static = autoscale.play(autoscale.Policy("static-peak"), rates, STEP, 10.0, 0.2, budget, window_steps=10)
+    outcomes = [autoscale.play(autoscale.Policy("autoscale", delay, 600, 0.7), rates, STEP, 10.0, 0.2, budget)
+                for delay in (0, 300, 900, 1800)]
+    hours = [autoscale.summary(o, STEP, 2, 4.0)["gpu_hours"] for o in outcomes]
+    static_hours = autoscale.summary(static, STEP, 2, 4.0)["gpu_hours"]
+    assert all(h <= static_hours for h in hours)
+    attained = [o.attainment for o in outcomes]
+    assert attained == sorted(attained, reverse=True) and attained[0] > attained[-1] + 0.01
+    assert static.attainment == pytest.approx(1.0)
+    shed = [autoscale.play(autoscale.Policy("autoscale", d, 600, 0.7), rates, STEP, 10.0, 0.2, budget, "shed")
+            for d in (0, 1800)]
+    assert shed[0].attainment > shed[1].attainment
+    assert outcomes[0].per_window(10).shape == (len(rates) // 10,)
+
+
+def test_a_day_slice_of_an_azure_trace_window_by_window(tmp_path):
+    """Two hours of a trace in Azure's format: 2 req/s for an hour, then 6 req/s."""
+    rng = np.random.default_rng(0)
+    times = np.sort(np.concatenate([rng.uniform(0, 3600, 7200), rng.uniform(3600, 7200, 21600)]))
+    stamps = (np.datetime64("2023-11-16T00:00:00") + (times * 1e6).astype("timedelta64[us]")).astype(str)
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" +
+                    "\n".join(f"{s.replace('T', ' ')},{100 + i % 50},{20 + i % 7}" for i, s in enumerate(stamps)))
+    day = load("azure", {"path": str(path)}, parse_duration("5m"))
+    starts, rates = day.windows(300)
+    assert len(starts) == 24 and day.hours == pytest.approx(2.0, abs=0.02)
+    assert rates[:12] == pytest.approx([2.0] * 12, rel=0.15) and rates[12:23] == pytest.approx([6.0] * 11, rel=0.1)
+    assert day.prompts.mean() == pytest.approx(124.5, abs=1) and len(day.outputs) == len(times)
+    fast = load("azure", {"path": str(path), "time_scale": 2.0}, 300)
+    assert fast.hours == pytest.approx(1.0, abs=0.02)
+
+
+def test_plan_timeline_over_two_gpus(tmp_path):
+    profile = tmp_path / "diurnal.csv"
+    profile.write_text("time,qps\n" + "\n".join(f"{h * 3600},{30 + 25 * math.sin((h - 9) / 24 * 2 * math.pi):.2f}"
+                                                  for h in range(25)))
+    out = tmp_path / "day.json"
+    r = CliRunner().invoke(main, ["plan", "--timeline", "5m", "--dataset", "rate-profile", "--dataset-path",
+                                  str(profile), "--model", "llama-3.1-8b", "--gpu", "H100,A100-80GB", "--no-search",
+                                  "--num-prompts", "200", "--scale-up-delay", "10m", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(out.read_text())
+    assert len(plan["timeline"]) == 288 and {"start_s", "rate", "replicas", "gpus", "attainment"} <= set(plan["timeline"][0])
+    names = [p["name"] for p in plan["policies"]]
+    assert names[:2] == ["static-peak", "autoscale"] and plan["day"]["scale_up_delay_s"] == 600
+    assert plan["policies"][1]["gpu_hours"] <= plan["policies"][0]["gpu_hours"]
+    assert {row["gpu"] for row in plan["fleet"]} == {"H100", "A100-80GB"}
+    assert plan["policies"][1]["cost_per_day"] == min(row["cost_per_day"] for row in plan["fleet"])
+    assert "policies over the day" in r.output and "GPU-hours" in plan["answer"]
+    assert CliRunner().invoke(main, ["plan", "--gpu", "H100,A100-80GB"]).exit_code != 0  # a mix needs a day
+
+
+def test_the_report_draws_the_day(tmp_path):
+    from llmbench.foreign import as_results_folder
+    from llmbench.plan.timeline import plan_day
+    from llmbench.report import build_report
+
+    folder = as_results_folder("tests/data/foreign/vllm.json")
+    day = Day(diurnal() * STEP, STEP, "diurnal made in the test")
+    plan = {"answer": "a day", "qps": 50, "slo_text": "x", "burst_headroom": 0.2, "spares": 0, "figures": []}
+    plan |= plan_day(day, 300, 10.0, 0.25, 2, 4.0, 0.2, 1.0, autoscale.Policy("autoscale"), delays=(0, 900))
+    (folder / "plan.json").write_text(json.dumps(plan))
+    page = build_report([folder], tmp_path / "r.html").read_text()
+    assert "Over the day" in page and "policy: static-peak" in page and "autoscale, 900 s delay" in page
