@@ -73,23 +73,93 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
                          max(budget, 0.0), policy, o["overload"], DELAYS)
         plan["gpu"] = gpu
         candidates.append(plan)
-    best = min(candidates, key=lambda p: _price(p["policies"][1]))
+    by_cost = all(p["policies"][1]["cost"] is not None for p in candidates)
+    key = "cost" if by_cost else "gpu_hours"
+    best = min(candidates, key=lambda p: p["policies"][1][key])
+    if not by_cost:
+        best["estimates"].append("a candidate GPU has no catalog price (pass --price): fleets compared by GPU-hours")
+    if len(candidates) > 1 and work is not None:
+        best["fleet_mix"] = gpu_mix(o, request, make_plan, the_day, work, policy, window,
+                                    best["policies"][1][key], key)
     if len(candidates) > 1:
         best["fleet"] = [{"gpu": p["gpu"], **{k: p["policies"][1][k] for k in ("gpu_hours", "cost_per_day",
                                                                            "attainment", "peak_replicas")},
                           "static_peak_cost_per_day": p["policies"][0]["cost_per_day"]} for p in candidates]
     auto, static = best["policies"][1], best["policies"][0]
+    mix = best.get("fleet_mix") or {}
+    mixed = f"; a mix by request size is cheaper: {mix['text']}" if mix.get("cheaper_than_best_single") else ""
     best["answer"] = (f"over {the_day.hours:.1f} h of {the_day.source}: autoscaled {auto['gpu_hours']:.1f} GPU-hours"
                       + (f" (${auto['cost']:,.0f})" if auto["cost"] is not None else "")
                       + f", SLO attainment {auto['attainment']:.1%}, peak {auto['peak_replicas']} replicas"
                       + (f" of {best['gpu']}" if best["gpu"] else "")
                       + f"; static peak {static['gpu_hours']:.1f} GPU-hours ({static['peak_replicas']} replicas, "
-                        f"attainment {static['attainment']:.1%})")
+                        f"attainment {static['attainment']:.1%})" + mixed)
     return best
 
 
-def _price(policy: dict) -> float:
-    return policy["cost"] if policy["cost"] is not None else policy["gpu_hours"]
+BUCKETS = 3
+
+
+def gpu_mix(o: dict, request, make_plan, the_day, work, policy, window: float, best_single: float,
+            key: str) -> dict:
+    """Mélange's idea (arXiv 2404.14527): requests bucketed by size (terciles of prompt + output tokens), each
+    bucket given to the GPU type with the lowest cost per request for it (price x GPUs per replica / the
+    replica's capacity for that bucket: the ILP's fractional optimum), the buckets of one type pooled (a replica
+    then serves their blend, at the harmonic capacity), each pool autoscaled over its share of the day. Kept
+    only when cheaper than the best single type, so the fleet asked for is never dearer."""
+    import numpy as np
+
+    from llmbench.plan import autoscale
+    from llmbench.plan.workload import Workload
+
+    sizes = work.prompts + work.outputs
+    edges = np.quantile(sizes, np.linspace(0, 1, BUCKETS + 1))
+    edges[-1] += 1
+    per = max(int(round(window / the_day.step_s)), 1)
+    gpus = [g.strip() for g in o["gpu"].split(",")]
+    buckets, setups = [], {}
+    for b in range(BUCKETS):
+        idx = np.flatnonzero((sizes >= edges[b]) & (sizes < edges[b + 1]))
+        if not len(idx):
+            continue
+        sub = Workload(work.prompts[idx], work.outputs[idx], f"{work.source}, size bucket {b + 1}")
+        rates = {}
+        for gpu in gpus:
+            plan = make_plan(dataclasses.replace(request, gpu=gpu, qps=None, workload=sub))
+            layer = plan.get("measured") or plan.get("simulated") or {}
+            if layer.get("per_replica_rate"):
+                rates[gpu] = layer["per_replica_rate"]
+                p99 = next((f["value"] for f in plan["figures"] if f["name"] == "P99 TTFT"), None)
+                setups.setdefault(gpu, {"tp": layer.get("gpus_per_replica") or 1, "p99": [],
+                                        "price": (plan.get("cost") or {}).get("usd_per_gpu_hour")})["p99"].append(p99 or 0)
+        if not rates:
+            continue
+
+        def per_request(gpu: str, rates=rates) -> float:
+            unit = setups[gpu]["price"] if key == "cost" else 1.0
+            return unit * setups[gpu]["tp"] / rates[gpu]
+
+        pick = min(rates, key=per_request)
+        buckets.append({"tokens": [int(edges[b]), int(edges[b + 1]) - (b == BUCKETS - 1)],
+                        "share": len(idx) / len(sizes), "gpu": pick, "per_replica_rate": rates[pick]})
+    pools = []
+    for gpu in dict.fromkeys(b["gpu"] for b in buckets):
+        mine = [b for b in buckets if b["gpu"] == gpu]
+        share = sum(b["share"] for b in mine)
+        capacity = share / sum(b["share"] / b["per_replica_rate"] for b in mine)
+        budget = max(request.slo.ttft_ms / 1000 - max(setups[gpu]["p99"]) / 1000, 0.0) if request.slo.ttft_ms else 1.0
+        played = autoscale.play(policy, the_day.rates * share, the_day.step_s, capacity, request.burst_headroom,
+                                budget, o["overload"], per)
+        pools.append({"gpu": gpu, "share": share, "per_replica_rate": capacity, "good": float(played.good.sum()),
+                      "arrived": float(played.arrived.sum()),
+                      **autoscale.summary(played, the_day.step_s, setups[gpu]["tp"], setups[gpu]["price"])})
+    total = sum(p[key] for p in pools if p[key] is not None)
+    arrived = sum(p["arrived"] for p in pools)
+    text = ", ".join(f"{b['gpu']} for {b['tokens'][0]}-{b['tokens'][1]} tokens ({b['share']:.0%})" for b in buckets)
+    return {"buckets": buckets, "pools": pools, "gpu_hours": sum(p["gpu_hours"] for p in pools),
+            "cost": total if key == "cost" else None,
+            "attainment": sum(p["good"] for p in pools) / arrived if arrived else 1.0,
+            "cheaper_than_best_single": bool(pools) and len(pools) > 1 and total < best_single, "text": text}
 
 
 def print_timeline(plan: dict) -> None:
@@ -109,3 +179,10 @@ def print_timeline(plan: dict) -> None:
         console.print(f"fleet candidate {row['gpu']}: {row['gpu_hours']:,.1f} GPU-hours, "
                       + ("-" if row["cost_per_day"] is None else f"${row['cost_per_day']:,.0f}/day")
                       + f", attainment {row['attainment']:.1%}", highlight=False)
+    mix = plan.get("fleet_mix")
+    if mix:
+        verdict = "cheaper than the best single type" if mix["cheaper_than_best_single"] else \
+            "not cheaper than the best single type: one pool wins"
+        console.print(f"fleet mix by request size ({mix['text']}): {mix['gpu_hours']:,.1f} GPU-hours"
+                      + ("" if mix["cost"] is None else f", ${mix['cost']:,.0f} over the day")
+                      + f", attainment {mix['attainment']:.1%} — {verdict}", highlight=False)

@@ -77,6 +77,11 @@ def test_plan_timeline_over_two_gpus(tmp_path):
     assert plan["policies"][1]["gpu_hours"] <= plan["policies"][0]["gpu_hours"]
     assert {row["gpu"] for row in plan["fleet"]} == {"H100", "A100-80GB"}
     assert plan["policies"][1]["cost_per_day"] == min(row["cost_per_day"] for row in plan["fleet"])
+    mix = plan["fleet_mix"]  # by request size, each bucket on the type cheapest per request for it, pooled by type
+    assert len(mix["buckets"]) == 3 and {b["gpu"] for b in mix["buckets"]} <= {"H100", "A100-80GB"}
+    assert sum(p["share"] for p in mix["pools"]) == pytest.approx(1.0)
+    assert mix["cheaper_than_best_single"] == (len(mix["pools"]) > 1 and mix["cost"] < plan["policies"][1]["cost"])
+    assert ("a mix by request size is cheaper" in plan["answer"]) == mix["cheaper_than_best_single"]
     assert "policies over the day" in r.output and "GPU-hours" in plan["answer"]
     assert CliRunner().invoke(main, ["plan", "--gpu", "H100,A100-80GB"]).exit_code != 0  # a mix needs a day
 
