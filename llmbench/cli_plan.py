@@ -9,7 +9,8 @@ import click
 
 from llmbench import cli_options, cli_timeline
 
-MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-throughput, or none (SLO capacity)"
+MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-throughput, --max-concurrency-under "
+         "SLO, or none (SLO capacity)")
 
 
 @click.group("plan", invoke_without_command=True, context_settings={"max_content_width": 110})
@@ -18,6 +19,9 @@ MODES = "--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-thr
               help="Predict P50/P90/P99 TTFT, TPOT, ITL and E2E at this rate (over --gpus, else one replica).")
 @click.option("--concurrency", type=click.IntRange(1), help="Closed loop: this many requests in flight.")
 @click.option("--max-throughput", is_flag=True, help="Every request at once (rate = inf): tokens/s and req/s.")
+@click.option("--max-concurrency-under", metavar="SLO",
+              help="The highest concurrency (closed loop) whose requests stay within SLO, e.g. e2el=10s or "
+                   "ttft=1s (P99 unless --attainment).")
 @click.option("--results", type=click.Path(exists=True),
               help="A sweep's results folder: its rates (measured) and requests (workload); calibrates the model. "
                    "Another tool's results too (vLLM, SGLang, guidellm, AIPerf, inference-perf).")
@@ -66,7 +70,8 @@ def plan_command(ctx: click.Context, **o) -> None:
     from llmbench.plan.planner import PlanError, PlanRequest, make_plan
     from llmbench.slo import SLOError, parse_slo
 
-    if sum((o["qps"] is not None, o["at_rate"] is not None, o["concurrency"] is not None, o["max_throughput"])) > 1:
+    if sum((o["qps"] is not None, o["at_rate"] is not None, o["concurrency"] is not None, o["max_throughput"],
+            o["max_concurrency_under"] is not None)) > 1:
         raise click.UsageError(f"ask one question at a time: {MODES}")
     scenario_options = {}
     if o["scenario"]:
@@ -95,7 +100,7 @@ def plan_command(ctx: click.Context, **o) -> None:
     if o["prefix_caching"] is not None:
         knobs["prefix_caching"] = o["prefix_caching"]
     try:
-        slo = parse_slo(o["slo"] or list(o["goodput"] or ()), o["attainment"])
+        slo = parse_slo(o["max_concurrency_under"] or o["slo"] or list(o["goodput"] or ()), o["attainment"])
         check_names(o)
         work = None if results or o["timeline"] else workload(o, dataset_opts)
         request = PlanRequest(
@@ -107,7 +112,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             num_requests=o["num_prompts"],
             burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],
             gpus=o["gpus"], price_per_hour=o["price"], prefix_hit_rate=o["prefix_hit_rate"],
-            search_knobs=not o["no_search"])
+            search_knobs=not o["no_search"], concurrency_under=o["max_concurrency_under"] is not None)
         plan = cli_timeline.plan_timeline(o, request, make_plan) if o["timeline"] else make_plan(request)
     except (PlanError, SLOError, DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None
@@ -203,6 +208,19 @@ def measured_dtypes(folder: Path) -> dict[str, str]:
     return found
 
 
+WIDE_BAND = 0.5
+
+
+def band_text(figure: dict) -> str:
+    """The band, or, wider than ±50 %, a plain warning: such a band says nothing a plan can rest on."""
+    if "band" not in figure:
+        return "–"
+    low, high = figure["band"]
+    if figure["value"] and (high - low) / (2 * abs(figure["value"])) > WIDE_BAND:
+        return "order of magnitude only — measure it"
+    return f"{low:,.2f}–{high:,.2f}"
+
+
 def print_plan(plan: dict) -> None:
     from rich.table import Table
 
@@ -229,7 +247,7 @@ def print_plan(plan: dict) -> None:
     for col in ("figure", "value", "band", "label"):
         table.add_column(col, justify="right" if col in ("value", "band") else "left")
     for f in plan["figures"]:
-        band = f"{f['band'][0]:,.2f}–{f['band'][1]:,.2f}" if "band" in f else "–"
+        band = band_text(f)
         table.add_row(f["name"], f"{f['value']:,.2f} {f['unit']}", band, f["label"])
     console.print(table)
     sim = plan.get("simulated", {})

@@ -96,3 +96,27 @@ def test_the_tokenizer_that_counted_is_named():
                                  num_requests=50))
     assert any("counted with the bundled tokenizer, not llama-3.1-8b's" in e for e in plan["estimates"])
     assert plan["setup"]["workload"].endswith("bundled tokenizer)")
+
+
+def test_max_concurrency_under_a_bound_and_wide_bands_said_plainly(tmp_path):
+    """`--max-concurrency-under e2el=...` (ShareGPT lengths: P99 outputs near 1,000 tokens): a tighter bound never allows more requests in flight; a band wider
+    than ±50 % (MoE over TP 2) is printed as an order of magnitude, not as a range."""
+    from click.testing import CliRunner
+
+    from llmbench.cli import main
+
+    found = {}
+    for bound in ("20s", "60s"):
+        out = tmp_path / f"c{bound}.json"
+        r = CliRunner().invoke(main, ["plan", "--max-concurrency-under", f"e2el={bound}", "--model", "llama-3.1-8b",
+                                      "--gpu", "H100", "--no-search", "--num-prompts", "200", "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        plan = json.loads(out.read_text())
+        found[bound] = plan["simulated"]["max_concurrency"]
+        assert plan["question"] == "max-concurrency" and f"P99 E2EL <= {bound[:-1]} s" in plan["answer"]
+    assert 1 <= found["20s"] <= found["60s"]
+    both = CliRunner().invoke(main, ["plan", "--qps", "5", "--max-concurrency-under", "e2el=10s"])
+    assert both.exit_code == 2 and "one question at a time" in both.output
+    wide = CliRunner().invoke(main, ["plan", "--at-rate", "1", "--model", "mixtral-8x7b", "--gpu", "H100", "--tp", "2",
+                                     "--num-prompts", "100", "--out", str(tmp_path / "w.json")])
+    assert wide.exit_code == 0 and "order of magnitude only — measure it" in wide.output

@@ -103,9 +103,12 @@ class PlanRequest:
     seeds: tuple[int, ...] = (0, 1, 2)
     requests_per_sim: int = 600
     num_requests: int | None = None  # --num-prompts: the run asked about has exactly this many requests
+    concurrency_under: bool = False  # --max-concurrency-under: the highest concurrency within `slo`
 
     @property
     def mode(self) -> str:
+        if self.concurrency_under:
+            return "max-concurrency"
         if self.at_rate is not None:
             return "at-rate"
         if self.concurrency is not None:
@@ -337,6 +340,19 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
                           f"{point['output_throughput'] * fleet:,.0f} output tok/s (±{rep.band['latency']:.0%} latency, "
                           f"±{rep.band['throughput']:.0%} throughput; {point['attainment']:.1%} meet "
                           f"{req.slo.describe()})")
+        return
+    if req.mode == "max-concurrency":
+        most, point = search.max_concurrency(setup, req.slo)
+        if not most:
+            raise PlanError(f"even one request at a time misses {req.slo.describe()} on the simulated engine")
+        b = rep.band["latency"]
+        figures.append(_figure("highest concurrency within the bound", most, "requests in flight", rep.label, None))
+        figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
+        plan["simulated"] = {"point": point, "max_concurrency": most, "replicas": fleet}
+        plan["answer"] = (f"one replica of {rep.tp} GPU(s) holds up to {most} requests in flight (closed loop) under "
+                          f"{req.slo.describe()}" + (f"; {most * fleet} on {where}" if fleet > 1 else "")
+                          + (f" (latencies ±{b:.0%}: a bound near the edge moves the answer)" if b <= 0.5 else
+                             f" (latency band ±{b:.0%}: order of magnitude only — measure it)"))
         return
     if req.mode == "max-throughput":
         point = search.max_throughput(setup)

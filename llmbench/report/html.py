@@ -188,8 +188,10 @@ def plan_rows(plan: dict) -> list[tuple[str, str]]:
     rows = [("answer", plan.get("answer", "")),
             ("target", (f"{plan['qps']:g} QPS, " if plan.get("qps") else "") + f"{plan['slo_text']}, burst headroom "
                        f"{plan['burst_headroom']:.0%}, {plan['spares']} spare replica(s)")]
+    from llmbench.cli_plan import band_text
+
     for f in plan.get("figures", []):
-        band = f" [{f['band'][0]:,.2f}–{f['band'][1]:,.2f}]" if "band" in f else ""
+        band = f" [{band_text(f)}]" if "band" in f else ""
         rows.append((f["label"], f"{f['name']}: {f['value']:,.2f} {f['unit']}{band}"))
     formulas = plan.get("article_formulas", {})
     if "throughput_formula_gpus" in formulas:
