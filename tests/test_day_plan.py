@@ -98,3 +98,21 @@ def test_the_report_draws_the_day(tmp_path):
     (folder / "plan.json").write_text(json.dumps(plan))
     page = build_report([folder], tmp_path / "r.html").read_text()
     assert "Over the day" in page and "policy: static-peak" in page and "autoscale, 900 s delay" in page
+
+
+def test_run_replays_one_poisson_draw_of_a_rate_profile(tmp_path, tiny_model):
+    from transformers import AutoTokenizer
+
+    from llmbench import datasets
+
+    profile = tmp_path / "ramp.csv"
+    profile.write_text("time,qps\n0,1\n60,9\n")  # 300 requests expected over a minute
+    reqs, info = datasets.build("rate-profile", AutoTokenizer.from_pretrained(str(tiny_model)), 0, path=str(profile),
+                                input_len=16, output_len=4)
+    stamps = np.array([r.timestamp for r in reqs])
+    assert abs(len(reqs) - 300) < 4 * math.sqrt(300) and np.all(np.diff(stamps) >= 0) and stamps.max() < 60
+    assert (stamps > 30).sum() > 2 * (stamps <= 30).sum()  # the rate rises ninefold over the minute
+    assert all(r.output_len == 4 for r in reqs) and "one Poisson draw" in info.description
+    with pytest.raises(datasets.DatasetError, match="time,qps"):
+        (tmp_path / "bad.csv").write_text("t,rate\n0,1\n")
+        datasets.build("rate-profile", None, 0, path=str(tmp_path / "bad.csv"))

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -31,6 +32,20 @@ template <>
 inline vf load_vec<float>(const float* p) {
   vf r;
   std::memcpy(&r, p, sizeof r);
+  return r;
+}
+
+// bf16 is the top half of an fp32: widen 16 of them with one zero-extend and one shift (vpmovzxwd, vpslld)
+// rather than a scalar conversion per element, which left a bf16 cache no faster to read than an fp32 one.
+template <>
+inline vf load_vec<c10::BFloat16>(const c10::BFloat16* p) {
+  typedef uint16_t vh __attribute__((vector_size(W * sizeof(uint16_t))));
+  typedef uint32_t vu __attribute__((vector_size(W * sizeof(uint32_t))));
+  vh h;
+  std::memcpy(&h, p, sizeof h);
+  const vu u = __builtin_convertvector(h, vu) << 16;
+  vf r;
+  std::memcpy(&r, &u, sizeof r);
   return r;
 }
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from llmbench.datasets import DatasetError
 
@@ -95,15 +94,10 @@ def load(name: str, options: dict, window_s: float) -> Day:
 
 
 def _profile(path: Path, step: float, scale: float) -> Day:
-    frame = pd.read_csv(path)
-    if not {"time", "qps"} <= set(frame.columns):
-        raise DatasetError(f"{path}: a rate profile needs the columns time,qps (seconds, requests per second)")
-    t, qps = frame["time"].to_numpy(float) / scale, frame["qps"].to_numpy(float)
-    if len(t) < 2 or np.any(np.diff(t) <= 0) or np.any(qps < 0):
-        raise DatasetError(f"{path}: times must increase and rates be >= 0 (two rows at least)")
-    edges = np.arange(t[0], t[-1] + step / 2, step)
-    mids = np.minimum(edges[:-1] + step / 2, t[-1]) if len(edges) > 1 else np.array([t[0]])
-    counts = np.interp(mids, t, qps) * step
+    from llmbench.datasets.rate_profile import expected_counts, read_profile
+
+    t, qps = read_profile(path, scale)
+    counts = expected_counts(t, qps, step)
     return Day(counts, step, f"rate profile {path.name}: {counts.sum():,.0f} requests expected over "
                              f"{len(counts) * step / 3600:.2f} h")
 
