@@ -63,7 +63,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     kept = {r["label"] for r in load_results(folder)}
     subset = folder if set(labels) == kept else _only(folder, labels)
     cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=len(labels))
-    sim_model = rep.setup.model.scaled(cal.scale)
+    sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
     print(f"machine: {platform.processor() or platform.machine()}; {cal.describe()}")
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))

@@ -341,3 +341,40 @@ def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     tpot = next(f["value"] for f in moved["figures"] if f["name"] == "P50 TPOT" and f["label"] != "measured")
     assert tpot < 0.5 * sim["P50 TPOT"]  # 16x the bandwidth of an L4, same efficiency scale
     assert any("transferred from the sweep on L4 TP1" in note for note in moved["estimates"])
+
+
+def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale(tmp_path):
+    """A server made by the simulator itself, its GPU time x2 and its prompt compute a quarter of the priors':
+    one scale fitted on the median TPOT cannot describe it (prefill steps, hence TTFT and the P99 TPOT, come
+    out 4x too long); the calibration fits both, from the TPOT and from TTFT against prompt length."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from llmbench.plan.calibrate import calibrate
+    from llmbench.plan.planner import PlanRequest, catalog_replica
+    from llmbench.plan.simulator import simulate
+    from llmbench.plan.workload import Workload
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+    from llmbench.slo import SLO
+
+    rng = np.random.default_rng(0)
+    work = Workload(rng.integers(100, 3000, 400), rng.integers(20, 200, 400), "made here")
+    rep = catalog_replica(PlanRequest(slo=SLO(), model="llama-3.1-8b", gpu="A100-80GB"), work)
+    truth = replace(rep.setup.model.scaled(2.0), prefill_scale=0.25)
+    for rate in (2, 4):
+        prompts, outputs = work.sample(150, rng)
+        arrivals = np.cumsum(rng.exponential(1 / rate, 150))
+        res = simulate(arrivals, prompts, outputs, truth, rep.setup.shape)
+        files = RunFiles(tmp_path, f"rate-{rate}")
+        writer = RecordWriter(files.records)
+        for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs, strict=True)):
+            first = t + res.ttft[i]
+            writer.write(RequestRecord(i, t, dispatched=t, start=t, end=t + res.e2el[i], success=True,
+                                       chunk_times=[first, t + res.e2el[i]], prompt_len=int(p), output_tokens=int(o)))
+        writer.close()
+        write_result(files, {"request_rate": rate, "completed": 150, "saturated": None})
+    cal = calibrate(tmp_path, rep.setup.model, rep.setup.shape, rates=2)
+    assert cal.scale == pytest.approx(2.0, rel=0.15) and cal.prefill_scale == pytest.approx(0.25, rel=0.3)
+    assert cal.request_overhead < 0.05

@@ -27,15 +27,20 @@ class Calibration:
     labels: tuple[str, ...]
     measured_tpot_ms: float
     simulated_tpot_ms: float
+    prefill_scale: float = 1.0  # the compute part's own factor (1: not fitted)
 
     @property
     def far(self) -> bool:
         return not FAR[0] <= self.scale <= FAR[1]
 
     def describe(self) -> str:
-        return (f"calibrated on {', '.join(self.labels)}: GPU time x{self.scale:.2f} against the priors, "
-                f"{self.request_overhead * 1000:.1f} ms per request (median TPOT {self.measured_tpot_ms:.1f} ms "
+        return (f"calibrated on {', '.join(self.labels)}: GPU time x{self.scale:.2f} against the priors"
+                + (f", prompt compute x{self.prefill_scale:.2f} more" if self.prefill_scale != 1.0 else "")
+                + f", {self.request_overhead * 1000:.1f} ms per request (median TPOT {self.measured_tpot_ms:.1f} ms "
                 f"measured, {self.simulated_tpot_ms:.1f} ms simulated)")
+
+    def apply(self, roof: RooflineModel) -> RooflineModel:
+        return replace(roof.scaled(self.scale), prefill_scale=roof.prefill_scale * self.prefill_scale)
 
 
 SCALE_RANGE = (1e-3, 1e4)  # wide enough for a CPU sweep against a GPU's priors, so it is never silently clamped
@@ -66,24 +71,49 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     measured_tpot = float(np.median(np.concatenate([ok["tpot"].dropna().to_numpy() for _, ok in runs])))
     base = replace(shape, client_overhead=0.0)
 
-    def simulated(scale: float) -> tuple[float, float]:
-        tpots, ttfts = [], []
-        for _, ok in runs:
-            res = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
-                           roof.scaled(scale), base)
-            tpots.append(res.tpot)
-            ttfts.append(res.ttft)
-        return float(np.median(np.concatenate(tpots))), float(np.median(np.concatenate(ttfts)))
+    def replay(model: RooflineModel, which=runs):
+        for _, ok in which:
+            yield ok, simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(),
+                               ok["output_tokens"].to_numpy(), model, base)
 
-    low, high = SCALE_RANGE
-    for _ in range(24):  # TPOT grows with the scale: bisect in log space (to 0.5 %)
-        mid = (low * high) ** 0.5
-        if simulated(mid)[0] < measured_tpot:
-            low = mid
-        else:
-            high = mid
-    scale = (low * high) ** 0.5
-    sim_tpot, sim_ttft = simulated(scale)
+    def simulated(scale: float, prefill: float) -> tuple[float, float]:
+        results = [res for _, res in replay(replace(roof.scaled(scale), prefill_scale=prefill))]
+        return (float(np.median(np.concatenate([r.tpot for r in results]))),
+                float(np.median(np.concatenate([r.ttft for r in results]))))
+
+    def bisect(grows_past, low: float, high: float, steps: int = 24) -> float:
+        for _ in range(steps):  # in log space, to 0.5 % after 24 halvings of SCALE_RANGE
+            mid = (low * high) ** 0.5
+            low, high = (mid, high) if not grows_past(mid) else (low, mid)
+        return (low * high) ** 0.5
+
+    prefill = 1.0
+    scale = bisect(lambda x: simulated(x, prefill)[0] >= measured_tpot, *SCALE_RANGE)
+    slope = _ttft_slope(runs[:1])
+    if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
+        for _ in range(2):
+            prefill = bisect(lambda x, s=scale: _ttft_slope(list(replay(replace(roof.scaled(s), prefill_scale=x),
+                                                                     runs[:1])), simulated=True) >= slope,
+                             *PREFILL_RANGE, steps=16)
+            scale = bisect(lambda x, p=prefill: simulated(x, p)[0] >= measured_tpot, *SCALE_RANGE)
+    sim_tpot, sim_ttft = simulated(scale, prefill)
     measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
     return Calibration(scale, max(measured_ttft - sim_ttft, 0.0), tuple(label for label, _ in runs),
-                       measured_tpot * 1000, sim_tpot * 1000)
+                       measured_tpot * 1000, sim_tpot * 1000, prefill)
+
+
+PREFILL_RANGE = (1e-3, 1e3)
+
+
+def _ttft_slope(runs: list, simulated: bool = False) -> float | None:
+    """Seconds of TTFT per prompt token at the lowest rate (least squares): the prompt's compute, which a
+    median TPOT (memory-bound decode) cannot tell. `runs`: (label, frame) measured, or (frame, result)."""
+    if simulated:
+        prompts = np.concatenate([ok["prompt_len"].to_numpy() for ok, _ in runs])
+        ttfts = np.concatenate([res.ttft for _, res in runs])
+    else:
+        prompts = np.concatenate([ok["prompt_len"].to_numpy() for _, ok in runs])
+        ttfts = np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])
+    if len(prompts) < 10 or np.std(prompts) <= 0:
+        return None
+    return float(np.polyfit(prompts.astype(float), ttfts.astype(float), 1)[0])

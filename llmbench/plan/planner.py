@@ -240,7 +240,7 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     except ValueError as err:
         rep.notes.append(f"not calibrated: {err}")
         return rep
-    model = rep.setup.model.scaled(cal.scale)
+    model = cal.apply(rep.setup.model)
     shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
     rep.setup = replace(rep.setup, model=model, shape=shape)
     on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"

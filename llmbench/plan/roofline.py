@@ -47,6 +47,7 @@ class RooflineModel:
     engine: EngineProfile = PROFILES["vllm"]
     eff: Efficiency | None = None  # None: the GPU family's prior
     scale: float = 1.0  # a calibration factor on the GPU part of the step (fitted on a sweep)
+    prefill_scale: float = 1.0  # one on its compute (prompt FLOPs) part, fitted on TTFT against prompt length
 
     @cached_property
     def efficiency(self) -> Efficiency:
@@ -91,7 +92,7 @@ class RooflineModel:
         kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
         touched = self.weight_bytes * (m.params_read(tokens) / m.params) if m.experts > 1 else self.weight_bytes
         eff, e = self.efficiency, self.engine
-        compute = flops / (eff.mfu * e.mfu_scale * self.peak_flops)
+        compute = self.prefill_scale * flops / (eff.mfu * e.mfu_scale * self.peak_flops)
         memory = (touched + kv_bytes) / (eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
