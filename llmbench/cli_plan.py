@@ -56,6 +56,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
 @click.option("--price", type=click.FloatRange(0), help="USD per GPU-hour (default: the catalog's reference).")
 @click.option("--prefix-hit-rate", default=0.0, show_default=True, type=click.FloatRange(0, 0.99))
 @click.option("--no-search", is_flag=True, help="Do not search the engine-flag grid.")
+@click.option("--disaggregated", is_flag=True,
+              help="Compare prefill/decode pools (KV handed over the interconnect) with colocated serving, in "
+                   "goodput per GPU (DistServe's measure).")
 @click.option("--out", type=click.Path(dir_okay=False), help="plan.json path (default: in --results, or ./).")
 @cli_options.add(cli_timeline.FLAGS)
 @click.pass_context
@@ -112,7 +115,8 @@ def plan_command(ctx: click.Context, **o) -> None:
             num_requests=o["num_prompts"],
             burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],
             gpus=o["gpus"], price_per_hour=o["price"], prefix_hit_rate=o["prefix_hit_rate"],
-            search_knobs=not o["no_search"], concurrency_under=o["max_concurrency_under"] is not None)
+            search_knobs=not o["no_search"], concurrency_under=o["max_concurrency_under"] is not None,
+            disaggregated=o["disaggregated"])
         plan = cli_timeline.plan_timeline(o, request, make_plan) if o["timeline"] else make_plan(request)
     except (PlanError, SLOError, DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None

@@ -72,6 +72,13 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
                          (plan.get("cost") or {}).get("usd_per_gpu_hour"), request.burst_headroom,
                          max(budget, 0.0), policy, o["overload"], DELAYS)
         plan["gpu"] = gpu
+        split = plan.get("disaggregated") or {}
+        if split.get("disaggregated_per_gpu"):  # the same day on prefill/decode pools, and colocated at the
+            for key, per_gpu in (("disaggregated_day", split["disaggregated_per_gpu"]),  # same best TP search
+                                 ("colocated_best_day", split["colocated_per_gpu"])):
+                played = plan_day(the_day, window, per_gpu, band, 1, (plan.get("cost") or {}).get("usd_per_gpu_hour"),
+                                  request.burst_headroom, max(budget, 0.0), policy, o["overload"])
+                plan[key] = played["policies"][1]
         candidates.append(plan)
     by_cost = all(p["policies"][1]["cost"] is not None for p in candidates)
     key = "cost" if by_cost else "gpu_hours"
@@ -81,13 +88,28 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     if len(candidates) > 1 and work is not None:
         best["fleet_mix"] = gpu_mix(o, request, make_plan, the_day, work, policy, window,
                                     best["policies"][1][key], key)
-    if len(candidates) > 1:
-        best["fleet"] = [{"gpu": p["gpu"], **{k: p["policies"][1][k] for k in ("gpu_hours", "cost_per_day",
-                                                                           "attainment", "peak_replicas")},
+    pooled = [p for p in candidates if "disaggregated_day" in p]
+    if len(candidates) > 1 or pooled:
+        keys = ("gpu_hours", "cost_per_day", "attainment", "peak_replicas")
+        best["fleet"] = [{"gpu": p["gpu"], **{k: p["policies"][1][k] for k in keys},
                           "static_peak_cost_per_day": p["policies"][0]["cost_per_day"]} for p in candidates]
+        for p in pooled:
+            tp = (p["disaggregated"].get("colocated_tp") or p["disaggregated"].get("gpus_per_replica"))
+            best["fleet"] += [{"gpu": f"{p['gpu'] or 'the GPU'} colocated at TP{tp}",
+                               **{k: p["colocated_best_day"][k] for k in keys}},
+                              {"gpu": f"{p['gpu'] or 'the GPU'} as prefill/decode pools",
+                               **{k: p["disaggregated_day"][k] for k in keys}}]
+        cheapest = min(best["fleet"], key=lambda row: row["cost_per_day"] if by_cost else row["gpu_hours"])
+        if "prefill/decode" in cheapest["gpu"]:
+            best["estimates"].append(f"cheapest over the day: {cheapest['gpu']} ({cheapest['gpu_hours']:,.1f} "
+                                     "GPU-hours), below the colocated fleet")
     auto, static = best["policies"][1], best["policies"][0]
     mix = best.get("fleet_mix") or {}
     mixed = f"; a mix by request size is cheaper: {mix['text']}" if mix.get("cheaper_than_best_single") else ""
+    pools, colocated = best.get("disaggregated_day"), best.get("colocated_best_day")
+    if pools and colocated:
+        mixed += (f"; as prefill/decode pools: {pools['gpu_hours']:.1f} GPU-hours, attainment "
+                  f"{pools['attainment']:.1%} (colocated at the same TP search: {colocated['gpu_hours']:.1f})")
     best["answer"] = (f"over {the_day.hours:.1f} h of {the_day.source}: autoscaled {auto['gpu_hours']:.1f} GPU-hours"
                       + (f" (${auto['cost']:,.0f})" if auto["cost"] is not None else "")
                       + f", SLO attainment {auto['attainment']:.1%}, peak {auto['peak_replicas']} replicas"

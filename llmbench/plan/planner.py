@@ -104,6 +104,7 @@ class PlanRequest:
     requests_per_sim: int = 600
     num_requests: int | None = None  # --num-prompts: the run asked about has exactly this many requests
     concurrency_under: bool = False  # --max-concurrency-under: the highest concurrency within `slo`
+    disaggregated: bool = False  # compare prefill/decode pools with colocated serving (goodput per GPU)
 
     @property
     def mode(self) -> str:
@@ -374,6 +375,15 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
            "mean_output_tokens": setup.work.mean_output}
     figures.append(_figure("goodput per replica (SLO capacity)", rate, "req/s", rep.label, b))
     figures += _latency_figures(point, rep)
+    if req.disaggregated:
+        split = _disaggregated(req, rep, rate)
+        plan["disaggregated"] = split
+        if "ratio" in split:
+            figures.append(_figure("goodput per GPU, colocated", split["colocated_per_gpu"], "req/s", rep.label, b))
+            figures.append(_figure(f"goodput per GPU, prefill/decode pools ({split['prefill_gpu_share']:.0%} "
+                                   "prefill)" if split["prefill_gpu_share"] is not None else
+                                   "goodput per GPU, prefill/decode pools", split["disaggregated_per_gpu"], "req/s",
+                                   rep.label, b))
     if req.search_knobs:
         grid = search.knob_grid(setup, req.slo, rate, rep.kv_tokens)
         best = max(grid, key=lambda row: row["rate"])
@@ -394,6 +404,25 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
     if "measured" not in plan:
         plan["answer"] = (f"{replicas * rep.tp} GPUs ({replicas} replicas of {rep.tp}, [{band[0] * rep.tp}–"
                           f"{band[1] * rep.tp}]) for {req.qps:g} QPS under {req.slo.describe()}")
+
+
+def _disaggregated(req: PlanRequest, rep: Replica, rate: float) -> dict:
+    """Each pool, and the colocated replica, at its own best TP from the replica's up to 8 (where the model fits);
+    a measured sweep's replica is compared at its own TP."""
+    from llmbench.plan.disaggregated import compare, over_tp
+
+    if req.results:
+        return compare(rep.setup, rep.tp, req.slo, rate)
+    replicas = {rep.tp: (rep.setup, rate)}
+    for tp in (1, 2, 4, 8):
+        if tp <= rep.tp:
+            continue
+        try:
+            other = catalog_replica(replace(req, gpus_per_replica=tp), rep.setup.work)
+        except PlanError:
+            continue
+        replicas[tp] = (other.setup, search.capacity(other.setup, req.slo, rate * tp / rep.tp))
+    return over_tp(replicas, req.slo)
 
 
 def make_plan(req: PlanRequest) -> dict:
