@@ -47,8 +47,6 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     """One plan per candidate GPU (`--gpu A,B`), each with its day; the cheapest autoscaled fleet answers."""
     from llmbench.plan import autoscale
     from llmbench.plan.day import load, parse_duration
-    from llmbench.plan.timeline import plan_day
-
     try:
         window = parse_duration(o["timeline"])
         delay, cooldown = parse_duration(o["scale_up_delay"]), parse_duration(o["cooldown"])
@@ -61,25 +59,23 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     work = request.workload if request.results else day_workload(o, the_day)
     candidates = []
     for gpu in [g.strip() for g in (o["gpu"] or "").split(",")] or [None]:
-        plan = make_plan(dataclasses.replace(request, gpu=gpu or None, qps=max(peak, 1e-6), workload=work))
-        layer = plan.get("measured") or plan.get("simulated") or {}
-        if not layer.get("per_replica_rate"):
-            raise click.ClickException(f"no per-replica capacity under the SLO to plan the day with ({gpu})")
-        band = 0.0 if plan.get("measured") else plan["setup"]["bands"].get("throughput", 0.0)
-        p99 = next((f["value"] for f in plan["figures"] if f["name"] == "P99 TTFT"), None)
-        budget = request.slo.ttft_ms / 1000 - (p99 or 0) / 1000 if request.slo.ttft_ms else 1.0
-        plan |= plan_day(the_day, window, layer["per_replica_rate"], band, layer.get("gpus_per_replica") or 1,
-                         (plan.get("cost") or {}).get("usd_per_gpu_hour"), request.burst_headroom,
-                         max(budget, 0.0), policy, o["overload"], DELAYS)
-        plan["gpu"] = gpu
-        split = plan.get("disaggregated") or {}
-        if split.get("disaggregated_per_gpu"):  # the same day on prefill/decode pools, and colocated at the
-            for key, per_gpu in (("disaggregated_day", split["disaggregated_per_gpu"]),  # same best TP search
-                                 ("colocated_best_day", split["colocated_per_gpu"])):
-                played = plan_day(the_day, window, per_gpu, band, 1, (plan.get("cost") or {}).get("usd_per_gpu_hour"),
-                                  request.burst_headroom, max(budget, 0.0), policy, o["overload"])
-                plan[key] = played["policies"][1]
-        candidates.append(plan)
+        first = _day_for(o, request, make_plan, the_day, window, policy, peak, work, gpu, request.gpus_per_replica)
+        choices = [first]
+        if not request.gpus_per_replica:  # TP choices: each larger TP a replica of its own size and speed
+            for tp in (2, 4, 8):
+                if tp > first["tp"]:
+                    plan = _day_for(o, dataclasses.replace(request, disaggregated=False), make_plan, the_day, window,
+                                    policy, peak, work, gpu, tp)
+                    if plan is not None:
+                        choices.append(plan)
+        key = "cost" if all(p["policies"][1]["cost"] is not None for p in choices) else "gpu_hours"
+        chosen = min(choices, key=lambda p: p["policies"][1][key])
+        for name in ("disaggregated", "disaggregated_day", "colocated_best_day"):
+            if name in first:
+                chosen[name] = first[name]
+        chosen["tp_choices"] = [{"tp": p["tp"], **{k: p["policies"][1][k] for k in ("gpu_hours", "cost_per_day",
+                                                                                    "attainment")}} for p in choices]
+        candidates.append(chosen)
     by_cost = all(p["policies"][1]["cost"] is not None for p in candidates)
     key = "cost" if by_cost else "gpu_hours"
     best = min(candidates, key=lambda p: p["policies"][1][key])
@@ -91,7 +87,7 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     pooled = [p for p in candidates if "disaggregated_day" in p]
     if len(candidates) > 1 or pooled:
         keys = ("gpu_hours", "cost_per_day", "attainment", "peak_replicas")
-        best["fleet"] = [{"gpu": p["gpu"], **{k: p["policies"][1][k] for k in keys},
+        best["fleet"] = [{"gpu": p["gpu"], "tp": p["tp"], **{k: p["policies"][1][k] for k in keys},
                           "static_peak_cost_per_day": p["policies"][0]["cost_per_day"]} for p in candidates]
         for p in pooled:
             tp = (p["disaggregated"].get("colocated_tp") or p["disaggregated"].get("gpus_per_replica"))
@@ -113,10 +109,44 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     best["answer"] = (f"over {the_day.hours:.1f} h of {the_day.source}: autoscaled {auto['gpu_hours']:.1f} GPU-hours"
                       + (f" (${auto['cost']:,.0f})" if auto["cost"] is not None else "")
                       + f", SLO attainment {auto['attainment']:.1%}, peak {auto['peak_replicas']} replicas"
-                      + (f" of {best['gpu']}" if best["gpu"] else "")
+                      + (f" of {best['gpu']}" if best["gpu"] else "") + f" at TP{best['tp']}"
                       + f"; static peak {static['gpu_hours']:.1f} GPU-hours ({static['peak_replicas']} replicas, "
                         f"attainment {static['attainment']:.1%})" + mixed)
     return best
+
+
+def _day_for(o: dict, request, make_plan, the_day, window: float, policy, peak: float, work, gpu: str | None,
+             tp: int | None) -> dict | None:
+    """The plan for one GPU type at one TP (None: the smallest that fits), with its day played; None where that
+    TP cannot hold the model or meet the SLO."""
+    from llmbench.plan.planner import PlanError
+    from llmbench.plan.timeline import plan_day
+
+    try:
+        plan = make_plan(dataclasses.replace(request, gpu=gpu or None, qps=max(peak, 1e-6), workload=work,
+                                             gpus_per_replica=tp))
+    except PlanError:
+        if tp is None or tp == request.gpus_per_replica:
+            raise
+        return None
+    layer = plan.get("measured") or plan.get("simulated") or {}
+    if not layer.get("per_replica_rate"):
+        raise click.ClickException(f"no per-replica capacity under the SLO to plan the day with ({gpu})")
+    band = 0.0 if plan.get("measured") else plan["setup"]["bands"].get("throughput", 0.0)
+    p99 = next((f["value"] for f in plan["figures"] if f["name"] == "P99 TTFT"), None)
+    budget = max(request.slo.ttft_ms / 1000 - (p99 or 0) / 1000 if request.slo.ttft_ms else 1.0, 0.0)
+    price = (plan.get("cost") or {}).get("usd_per_gpu_hour")
+    plan |= plan_day(the_day, window, layer["per_replica_rate"], band, layer.get("gpus_per_replica") or 1, price,
+                     request.burst_headroom, budget, policy, o["overload"], DELAYS)
+    plan["gpu"], plan["tp"] = gpu, layer.get("gpus_per_replica") or 1
+    split = plan.get("disaggregated") or {}
+    if split.get("disaggregated_per_gpu"):  # the same day on prefill/decode pools, and colocated at the same
+        for key, per_gpu in (("disaggregated_day", split["disaggregated_per_gpu"]),  # best-TP search, per GPU
+                             ("colocated_best_day", split["colocated_per_gpu"])):
+            played = plan_day(the_day, window, per_gpu, band, 1, price, request.burst_headroom, budget, policy,
+                              o["overload"])
+            plan[key] = played["policies"][1]
+    return plan
 
 
 BUCKETS = 3
@@ -198,7 +228,8 @@ def print_timeline(plan: dict) -> None:
                       f"{p['cost_per_day']:,.0f}", f"{p['attainment']:.2%}", str(p["peak_replicas"]))
     console.print(table)
     for row in plan.get("fleet", []):
-        console.print(f"fleet candidate {row['gpu']}: {row['gpu_hours']:,.1f} GPU-hours, "
+        tp = f" TP{row['tp']}" if row.get("tp") else ""
+        console.print(f"fleet candidate {row['gpu']}{tp}: {row['gpu_hours']:,.1f} GPU-hours, "
                       + ("-" if row["cost_per_day"] is None else f"${row['cost_per_day']:,.0f}/day")
                       + f", attainment {row['attainment']:.1%}", highlight=False)
     mix = plan.get("fleet_mix")

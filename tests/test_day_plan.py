@@ -77,6 +77,8 @@ def test_plan_timeline_over_two_gpus(tmp_path):
     assert plan["policies"][1]["gpu_hours"] <= plan["policies"][0]["gpu_hours"]
     assert {row["gpu"] for row in plan["fleet"]} == {"H100", "A100-80GB"}
     assert plan["policies"][1]["cost_per_day"] == min(row["cost_per_day"] for row in plan["fleet"])
+    assert {c["tp"] for c in plan["tp_choices"]} == {1, 2, 4, 8}  # TP choices, the cheapest kept per type
+    assert plan["policies"][1]["cost"] <= min(c["cost_per_day"] for c in plan["tp_choices"]) * 1.0001
     mix = plan["fleet_mix"]  # by request size, each bucket on the type cheapest per request for it, pooled by type
     assert len(mix["buckets"]) == 3 and {b["gpu"] for b in mix["buckets"]} <= {"H100", "A100-80GB"}
     assert sum(p["share"] for p in mix["pools"]) == pytest.approx(1.0)
