@@ -59,6 +59,16 @@ def test_a_day_slice_of_an_azure_trace_window_by_window(tmp_path):
     assert day.prompts.mean() == pytest.approx(124.5, abs=1) and len(day.outputs) == len(times)
     fast = load("azure", {"path": str(path), "time_scale": 2.0}, 300)
     assert fast.hours == pytest.approx(1.0, abs=0.02)
+    from llmbench.plan.timeline import plan_day
+
+    played = plan_day(day, 300, 1.5, 0.25, 1, 2.0, 0.2, 0.5, autoscale.Policy("autoscale", 300, 600, 0.7),
+                      delays=(0, 900, 1800))
+    hours = {p["name"]: p["gpu_hours"] for p in played["policies"]}
+    attained = {p["name"]: p["attainment"] for p in played["policies"]}
+    assert hours["autoscale"] <= hours["static-peak"]
+    steps = [attained["autoscale, 0 s delay"], attained["autoscale"], attained["autoscale, 900 s delay"],
+             attained["autoscale, 1800 s delay"]]  # the step from 2 to 6 req/s, met later the longer the delay
+    assert steps == sorted(steps, reverse=True) and steps[0] > steps[-1]
 
 
 def test_plan_timeline_over_two_gpus(tmp_path):
