@@ -127,6 +127,10 @@ def plan_command(ctx: click.Context, **o) -> None:
     if "policies" in plan:
         cli_timeline.print_timeline(plan)
     click.echo(f"plan: {path}")
+    if "series" in plan:  # the day drawn; a results folder's report.html draws it too
+        from llmbench.report.plan_page import write_plan_page
+
+        click.echo(f"page: {write_plan_page(plan, path.with_suffix('.html'))}")
 
 
 def _readable(path: Path) -> Path:

@@ -95,6 +95,8 @@ def test_plan_timeline_over_two_gpus(tmp_path):
     assert mix["cheaper_than_best_single"] == (len(mix["pools"]) > 1 and mix["cost"] < plan["policies"][1]["cost"])
     assert ("a mix by request size is cheaper" in plan["answer"]) == mix["cheaper_than_best_single"]
     assert "policies over the day" in r.output and "GPU-hours" in plan["answer"]
+    page = out.with_suffix(".html").read_text()
+    assert "Over the day" in page and "<svg" in page and "policy: static-peak" in page
     assert CliRunner().invoke(main, ["plan", "--gpu", "H100,A100-80GB"]).exit_code != 0  # a mix needs a day
 
 
