@@ -75,6 +75,8 @@ def test_reasoning_server_end_to_end(backend, scripted, tmp_path, tiny_model):
     assert row["total_reasoning_tokens"] == 12 * 20 and row["total_answer_tokens"] == 12 * 10
     assert row["slo_attainment"] == 0.0
     assert "TTFO P50/P99" in r.output and "240 reasoning tokens of 360" in r.output
+    if backend == "openai":  # <think> text: the parse is the difference; the report and gate are the chat run's
+        return
     loose = tmp_path / "loose"
     assert runner.invoke(main, [*base, "--out", str(loose), "--slo", "ttft=1s"]).exit_code == 0
     assert json.loads((loose / "rate-20.json").read_text())["slo_attainment"] == 1.0
