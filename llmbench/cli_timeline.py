@@ -47,6 +47,7 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     """One plan per candidate GPU (`--gpu A,B`), each with its day; the cheapest autoscaled fleet answers."""
     from llmbench.plan import autoscale
     from llmbench.plan.day import load, parse_duration
+
     try:
         window = parse_duration(o["timeline"])
         delay, cooldown = parse_duration(o["scale_up_delay"]), parse_duration(o["cooldown"])
