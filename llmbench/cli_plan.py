@@ -216,23 +216,11 @@ def measured_dtypes(folder: Path) -> dict[str, str]:
     return found
 
 
-WIDE_BAND = 0.5
-
-
-def band_text(figure: dict) -> str:
-    """The band, or, wider than ±50 %, a plain warning: such a band says nothing a plan can rest on."""
-    if "band" not in figure:
-        return "–"
-    low, high = figure["band"]
-    if figure["value"] and (high - low) / (2 * abs(figure["value"])) > WIDE_BAND:
-        return "order of magnitude only — measure it"
-    return f"{low:,.2f}–{high:,.2f}"
-
-
 def print_plan(plan: dict) -> None:
     from rich.table import Table
 
     from llmbench.live import terminal
+    from llmbench.plan import bands
 
     console = terminal()  # wide when piped: a band is never cut at 80 columns
     console.print(f"[bold]{plan.get('answer', '')}[/]")
@@ -255,7 +243,7 @@ def print_plan(plan: dict) -> None:
     for col in ("figure", "value", "band", "label"):
         table.add_column(col, justify="right" if col in ("value", "band") else "left")
     for f in plan["figures"]:
-        band = band_text(f)
+        band = bands.band_text(f)
         table.add_row(f["name"], f"{f['value']:,.2f} {f['unit']}", band, f["label"])
     console.print(table)
     sim = plan.get("simulated", {})

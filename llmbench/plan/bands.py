@@ -29,3 +29,16 @@ def setup_class(model: ModelSpec, tp: int) -> str:
 
 def for_setup(model: ModelSpec, tp: int) -> dict[str, float]:
     return dict(BANDS[setup_class(model, tp)])
+
+
+WIDE_BAND = 0.5
+
+
+def band_text(figure: dict) -> str:
+    """The band, or, wider than ±50 %, a plain warning: such a band says nothing a plan can rest on."""
+    if "band" not in figure:
+        return "–"
+    low, high = figure["band"]
+    if figure["value"] and (high - low) / (2 * abs(figure["value"])) > WIDE_BAND:
+        return "order of magnitude only — measure it"
+    return f"{low:,.2f}–{high:,.2f}"

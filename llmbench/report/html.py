@@ -188,7 +188,7 @@ def plan_rows(plan: dict) -> list[tuple[str, str]]:
     rows = [("answer", plan.get("answer", "")),
             ("target", (f"{plan['qps']:g} QPS, " if plan.get("qps") else "") + f"{plan['slo_text']}, burst headroom "
                        f"{plan['burst_headroom']:.0%}, {plan['spares']} spare replica(s)")]
-    from llmbench.cli_plan import band_text
+    from llmbench.plan.bands import band_text
 
     for f in plan.get("figures", []):
         band = f" [{band_text(f)}]" if "band" in f else ""
