@@ -116,6 +116,15 @@ def plan_timeline(o: dict, request, make_plan) -> dict:
     return best
 
 
+def queue_budget(slo, plans: list[dict]) -> float:
+    """Seconds a request may wait in the queue within its TTFT bound: the bound less the P99 TTFT the plans give
+    at capacity (the slowest of them); 1 s without a TTFT bound."""
+    if not slo.ttft_ms:
+        return 1.0
+    p99 = max((f["value"] for p in plans for f in p["figures"] if f["name"] == "P99 TTFT"), default=0.0)
+    return max((slo.ttft_ms - p99) / 1000, 0.0)
+
+
 def _day_for(o: dict, request, make_plan, the_day, window: float, policy, peak: float, work, gpu: str | None,
              tp: int | None) -> dict | None:
     """The plan for one GPU type at one TP (None: the smallest that fits), with its day played; None where that
@@ -134,8 +143,7 @@ def _day_for(o: dict, request, make_plan, the_day, window: float, policy, peak: 
     if not layer.get("per_replica_rate"):
         raise click.ClickException(f"no per-replica capacity under the SLO to plan the day with ({gpu})")
     band = 0.0 if plan.get("measured") else plan["setup"]["bands"].get("throughput", 0.0)
-    p99 = next((f["value"] for f in plan["figures"] if f["name"] == "P99 TTFT"), None)
-    budget = max(request.slo.ttft_ms / 1000 - (p99 or 0) / 1000 if request.slo.ttft_ms else 1.0, 0.0)
+    budget = queue_budget(request.slo, [plan])
     price = (plan.get("cost") or {}).get("usd_per_gpu_hour")
     plan |= plan_day(the_day, window, layer["per_replica_rate"], band, layer.get("gpus_per_replica") or 1, price,
                      request.burst_headroom, budget, policy, o["overload"], DELAYS)
@@ -182,9 +190,8 @@ def gpu_mix(o: dict, request, make_plan, the_day, work, policy, window: float, b
             layer = plan.get("measured") or plan.get("simulated") or {}
             if layer.get("per_replica_rate"):
                 rates[gpu] = layer["per_replica_rate"]
-                p99 = next((f["value"] for f in plan["figures"] if f["name"] == "P99 TTFT"), None)
-                setups.setdefault(gpu, {"tp": layer.get("gpus_per_replica") or 1, "p99": [],
-                                        "price": (plan.get("cost") or {}).get("usd_per_gpu_hour")})["p99"].append(p99 or 0)
+                setups.setdefault(gpu, {"tp": layer.get("gpus_per_replica") or 1, "plans": [],
+                                        "price": (plan.get("cost") or {}).get("usd_per_gpu_hour")})["plans"].append(plan)
         if not rates:
             continue
 
@@ -200,7 +207,7 @@ def gpu_mix(o: dict, request, make_plan, the_day, work, policy, window: float, b
         mine = [b for b in buckets if b["gpu"] == gpu]
         share = sum(b["share"] for b in mine)
         capacity = share / sum(b["share"] / b["per_replica_rate"] for b in mine)
-        budget = max(request.slo.ttft_ms / 1000 - max(setups[gpu]["p99"]) / 1000, 0.0) if request.slo.ttft_ms else 1.0
+        budget = queue_budget(request.slo, setups[gpu]["plans"])
         played = autoscale.play(policy, the_day.rates * share, the_day.step_s, capacity, request.burst_headroom,
                                 budget, o["overload"], per)
         pools.append({"gpu": gpu, "share": share, "per_replica_rate": capacity, "good": float(played.good.sum()),

@@ -33,17 +33,17 @@ def tpot(r: RequestRecord) -> float | None:
 def stats_ms(values: list[float], name: str, percentiles: tuple[float, ...]) -> dict[str, float]:
     arr = np.asarray(values, dtype=float) * 1000.0
     out = {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"std_{name}_ms": 0.0}
-    out |= {f"p{_pct(p)}_{name}_ms": 0.0 for p in percentiles}
+    out |= {f"p{pct_name(p)}_{name}_ms": 0.0 for p in percentiles}
     if arr.size:
         out[f"mean_{name}_ms"] = float(arr.mean())
         out[f"median_{name}_ms"] = float(np.median(arr))
         out[f"std_{name}_ms"] = float(arr.std())
         for p in percentiles:
-            out[f"p{_pct(p)}_{name}_ms"] = float(np.percentile(arr, p))
+            out[f"p{pct_name(p)}_{name}_ms"] = float(np.percentile(arr, p))
     return out
 
 
-def _pct(p: float) -> str:
+def pct_name(p: float) -> str:
     return str(int(p)) if float(p).is_integer() else str(p)
 
 
@@ -244,16 +244,8 @@ def window_for(median_e2e_s: float) -> float:
     return WINDOW_E2E_MULTIPLE * median_e2e_s
 
 
-def ttfo_or_bound(r: RequestRecord) -> float:
-    """TTFO for the SLO: a reasoning stream that never answered misses any bound; a stream without
-    reasoning or answer text (token ids only) has its TTFT stand for it."""
-    if r.ttfo is not None:
-        return r.ttfo
-    return math.inf if r.reasoning_tokens else (r.ttft if r.ttft is not None else math.inf)
-
-
 def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:
-    values = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.latency, "ttfo": ttfo_or_bound(r)}
+    values = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.latency, "ttfo": r.ttfo_bound if r.ttfo_bound is not None else math.inf}
     return all(slo / 1000.0 >= values[key] for key, slo in slos.items())
 
 

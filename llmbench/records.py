@@ -47,6 +47,14 @@ class RequestRecord:
         return self.first_output - self.start if self.first_output is not None else None
 
     @property
+    def ttfo_bound(self) -> float | None:
+        """TTFO as an SLO judges it: a reasoning stream that never answered misses any bound (inf); one without
+        reasoning or answer text (token ids only) has its TTFT stand for it."""
+        if self.ttfo is not None:
+            return self.ttfo
+        return float("inf") if self.reasoning_tokens else self.ttft
+
+    @property
     def latency(self) -> float | None:
         return self.chunk_times[-1] - self.start if self.chunk_times else None
 
@@ -94,12 +102,6 @@ def read_records(path: Path | str) -> list[RequestRecord]:
     return records
 
 
-def _ttfo_bound(r: RequestRecord) -> float | None:
-    if r.ttfo is not None:
-        return r.ttfo
-    return float("inf") if r.reasoning_tokens else r.ttft
-
-
 def records_frame(records: list[RequestRecord]):
     """One row per request with the derived latencies (seconds), as a pandas DataFrame."""
     import pandas as pd
@@ -110,7 +112,7 @@ def records_frame(records: list[RequestRecord]):
         row.pop("chunk_times")
         row.pop("chunk_tokens")
         n = r.output_tokens or 0
-        row.update(ttft=r.ttft, ttfo=r.ttfo, ttfo_bound=_ttfo_bound(r), latency=r.latency, num_chunks=len(r.chunk_times),
+        row.update(ttft=r.ttft, ttfo=r.ttfo, ttfo_bound=r.ttfo_bound, latency=r.latency, num_chunks=len(r.chunk_times),
                    tpot=(r.latency - r.ttft) / (n - 1) if r.success and n > 1 else None,
                    send_lag=r.dispatched - r.scheduled, client_queue=r.start - r.scheduled)
         rows.append(row)

@@ -74,7 +74,7 @@ def parse_slo(text: str | list[str] | tuple[str, ...] | None, attainment: float 
 def good_mask(ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray, success: np.ndarray, slo: SLO,
               ttfo_s: np.ndarray | None = None) -> np.ndarray:
     """Per request: succeeded and within every bound (a request of one token has no TPOT and passes it; a
-    TTFO bound is checked against `ttfo_s`, as `metrics.ttfo_or_bound` gives it)."""
+    TTFO bound is checked against `ttfo_s`, as `RequestRecord.ttfo_bound` gives it)."""
     ok = np.asarray(success, dtype=bool).copy()
     ttfo_s = ttft_s if ttfo_s is None else ttfo_s
     for key, values, missing in (("ttft", ttft_s, np.inf), ("tpot", tpot_s, 0.0), ("e2el", e2el_s, np.inf),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbench.metrics import RAMP_QUANTILE, output_tokens, stats_ms, tpot
+from llmbench.metrics import RAMP_QUANTILE, output_tokens, pct_name, stats_ms, tpot
 from llmbench.records import RequestRecord
 
 MATERIAL_SHARE = 0.10  # scheduled P99 this much above the sent P99 ...
@@ -31,7 +31,7 @@ def scheduled_latencies(ok: list[RequestRecord], percentiles: tuple[float, ...])
     if not ok:
         return out, None
     p = max(percentiles)
-    key = str(int(p)) if float(p).is_integer() else str(p)
+    key = pct_name(p)
     sent = {m: float(np.percentile([(r.ttft if m == "ttft" else r.latency) * 1000 for r in ok], p))
             for m in ("ttft", "e2el")}
     worse = [(m, out[f"p{key}_scheduled_{m}_ms"], sent[m]) for m in ("ttft", "e2el")

@@ -147,7 +147,6 @@ def test_a_full_disk_mid_run_stops_with_the_figures_shown(fake, tmp_path, tiny_m
     full disk does. The run is not lost: it finishes the rate, prints its table, says what could not be
     written, and exits 3."""
     import llmbench.records
-    import llmbench.scrape
 
     real_open = Path.open
 
@@ -156,8 +155,7 @@ def test_a_full_disk_mid_run_stops_with_the_figures_shown(fake, tmp_path, tiny_m
             return real_open(Path("/dev/full"), "w", *args, **kwargs)
         return real_open(self, mode, *args, **kwargs)
 
-    monkeypatch.setattr(llmbench.records.Path, "open", full_disk)
-    assert llmbench.scrape  # the scraper opens its series through the same Path.open
+    monkeypatch.setattr(llmbench.records.Path, "open", full_disk)  # the scraper's series too: the same Path.open
     server = fake()
     out = tmp_path / "full"
     r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "50",

@@ -56,10 +56,8 @@ def play(policy: Policy, rates: np.ndarray, step_s: float, capacity: float, head
     """One policy over the day, step by step (a fluid queue, so a day of steps takes milliseconds)."""
     n = len(rates)
     if policy.name == "static-peak":
-        per_window = rates[: n // window_steps * window_steps].reshape(-1, window_steps).mean(axis=1) \
-            if n >= window_steps else rates
-        if n % window_steps:
-            per_window = np.append(per_window, rates[n // window_steps * window_steps:].mean())
+        starts = np.arange(0, n, window_steps)
+        per_window = np.add.reduceat(rates, starts) / np.diff(np.append(starts, n))  # each window's mean rate
         peak = int(needed(per_window, capacity, headroom, policy.min_replicas).max())
         ready = np.full(n, peak)
         billed = ready.copy()
