@@ -37,7 +37,7 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]),
               help="Default: the measured engine's kv_cache_dtype (from --results), else bf16.")
 @click.option("--engine", default="vllm", show_default=True,
-              help="Serving-engine profile: vllm, sglang, trtllm, llmbench; vllm@0.6 for an older vLLM's defaults "
+              help="Serving-engine profile: vllm, sglang, trtllm, lmdeploy, llmbench; vllm@0.6 for an older vLLM's defaults "
                    "(they change with the version and the GPU).")
 @click.option("--num-scheduler-steps", type=click.IntRange(1),
               help="vLLM 0.6 multi-step scheduling: new requests join every N steps.")
@@ -170,31 +170,39 @@ def workload(o: dict, options: dict):
 
 
 @plan_command.command("validate")
-@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H"]),
-              help="Only these rows (H: the held-out TensorRT-LLM rows).")
+@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H", "M4", "M5"]),
+              help="Only these sources: A-E planning.md §9, M4 MLPerf v4.1 (tuning); H TensorRT-LLM's other rows, "
+                   "M5 MLPerf v5.1 (held out).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
 def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
-    """Reproduce every published row of planning.md §9 and the held-out rows: predicted beside published, with
-    the error, then the errors per class of setup against the bands plans are given."""
+    """Every published row put to the planner, predicted beside published: the tuning half (the sources the
+    priors were chosen on) and the held-out half (never tuned on) printed apart, per kind of figure, against
+    the signed bands plans are given. The MLPerf rows simulate P99-constrained capacities: minutes."""
     from rich.console import Console
+    from rich.progress import track
     from rich.table import Table
 
-    from llmbench.plan import held_out
-    from llmbench.plan.published import CASES, error_summary, validate
+    from llmbench.plan import bands, held_out, mlperf
+    from llmbench.plan.published import CASES, SOURCES, error_summary, inside, validate
 
-    rows = validate([c for c in CASES + held_out.CASES if not row or c.row in row])
-    table = Table(title="llmbench plan validate — planning.md §9 and held-out rows (H)")
-    for col in ("case", "metric", "published", "predicted", "error"):
+    cases = [c for c in CASES + held_out.CASES + mlperf.cases() if not row or c.row in row]
+    console = Console()
+    rows = [r for case in track(cases, description="simulating", console=console, transient=True)
+            for r in validate([case])]
+    table = Table(title="llmbench plan validate — tuning sources (A-E, M4) and held-out sources (H, M5)")
+    for col in ("case", "metric", "published", "predicted", "error", "band"):
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")
     for r in rows:
-        table.add_row(r["case"], r["metric"], f"{r['published']:,.2f}", f"{r['predicted']:,.2f}", f"{r['error']:+.1%}")
-    console = Console()
+        band = bands.text(bands.BANDS[r["class"]][r["kind"]])
+        table.add_row(r["case"], r["metric"], f"{r['published']:,.2f}", f"{r['predicted']:,.2f}", f"{r['error']:+.1%}",
+                      f"{band}{'' if inside(r) else ' (outside)'}")
     console.print(table)
+    used = sorted({r["row"] for r in rows}, key=list(SOURCES).index)
+    console.print("sources: " + "; ".join(f"{k} {SOURCES[k]}" for k in used))
     for s in error_summary(rows):
-        parts = [f"{name} median |error| {s[part]['median']:.1%}, largest {s[part]['max']:.1%} ({s[part]['rows']})"
-                 for part, name in (("fitted", "§9"), ("held_out", "held out")) if part in s]
-        console.print(f"{s['class']}, {s['kind']}: {'; '.join(parts)}; {s['inside_band']} of {s['rows']} inside "
-                      f"the ±{s['band']:.0%} band")
+        capped = f", {s['p99_constrained']} P99-constrained capacities" if s["p99_constrained"] else ""
+        console.print(f"{s['part']}, {s['kind']}: {s['figures']} figures{capped}; median |error| {s['median_abs']:.1%} "
+                      f"(signed {s['median']:+.1%}); {s['inside_band']} of {s['figures']} inside their bands")
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=2))
 

@@ -129,6 +129,7 @@ def _day_for(o: dict, request, make_plan, the_day, window: float, policy, peak: 
              tp: int | None) -> dict | None:
     """The plan for one GPU type at one TP (None: the smallest that fits), with its day played; None where that
     TP cannot hold the model or meet the SLO."""
+    from llmbench.plan import bands
     from llmbench.plan.planner import PlanError
     from llmbench.plan.timeline import plan_day
 
@@ -142,7 +143,7 @@ def _day_for(o: dict, request, make_plan, the_day, window: float, policy, peak: 
     layer = plan.get("measured") or plan.get("simulated") or {}
     if not layer.get("per_replica_rate"):
         raise click.ClickException(f"no per-replica capacity under the SLO to plan the day with ({gpu})")
-    band = 0.0 if plan.get("measured") else plan["setup"]["bands"].get("throughput", 0.0)
+    band = 0.0 if plan.get("measured") else bands.width(plan["setup"]["bands"].get("throughput", 0.0))
     budget = queue_budget(request.slo, [plan])
     price = (plan.get("cost") or {}).get("usd_per_gpu_hour")
     plan |= plan_day(the_day, window, layer["per_replica_rate"], band, layer.get("gpus_per_replica") or 1, price,

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmbench.cli import main
-from llmbench.plan import bands, gpus, models
+from llmbench.plan import gpus, models
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.planner import PlanError, measured_capacity
 from llmbench.plan.roofline import RooflineModel
@@ -234,33 +234,18 @@ def test_an_unsupported_architecture_names_what_it_lacks(tmp_path):
         models.model(str(config))
 
 
-def test_published_rows_within_the_bands():
-    """planning.md §9 put to the planner (row A's offline runs, 2,500 requests at batch 1,024, are left to
-    `llmbench plan validate`): every error inside its class's band, medians inside the aims (throughput 15 %,
-    latency 25 %, KV 5 %). The largest errors are known: TP speed-up of a batch-1 prefill on A100-40GB (row D)
-    and the 20,000-token prompts of row B."""
+def test_tuning_rows_of_section_9():
+    """planning.md §9, on which the priors were chosen (row A's offline runs, 2,500 requests at batch 1,024,
+    are left to `llmbench plan validate`): medians inside the aims (throughput 15 %, latency 25 %, KV 5 %). A fit:
+    the bands come from the held-out rows (test_plan_validation.py). The largest errors are known: TP speed-up
+    of a batch-1 prefill on A100-40GB (row D) and the 20,000-token prompts of row B."""
     from llmbench.plan.published import CASES, validate
 
     rows = validate([c for c in CASES if not (c.row == "A" and c.mode == "max")])
-    for r in rows:
-        assert abs(r["error"]) <= bands.BANDS[r["class"]][r["kind"]], r
     for kind, aim in (("throughput", 0.15), ("latency", 0.25), ("memory", 0.05)):
         errors = [abs(r["error"]) for r in rows if r["kind"] == kind and r["class"] == "dense, TP <= 2"]
         assert np.median(errors) < aim, kind
-    assert {r["row"] for r in rows} == {"A", "B", "C", "D", "E"}
-
-
-def test_held_out_rows_within_the_bands():
-    """The TensorRT-LLM rows the priors never saw: each inside its class's band; the dense TP <= 2 ones (the
-    class §9 covers) with a median inside the 15 % throughput aim."""
-    from llmbench.plan import held_out
-    from llmbench.plan.published import validate
-
-    rows = validate(held_out.CASES)
-    assert {r["class"] for r in rows} == set(bands.BANDS) and all(r["held_out"] for r in rows)
-    for r in rows:
-        assert abs(r["error"]) <= bands.BANDS[r["class"]][r["kind"]], r
-    assert np.median([abs(r["error"]) for r in rows if r["class"] == "dense, TP <= 2"]) < 0.15
+    assert {r["row"] for r in rows} == {"A", "B", "C", "D", "E"} and not any(r["held_out"] for r in rows)
 
 
 def test_each_question_has_its_answer(tmp_path):

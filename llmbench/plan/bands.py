@@ -1,24 +1,42 @@
-"""Uncertainty bands: relative half-widths by kind of figure and by class of setup, each the largest error
-the planner made on published results of that class, rounded up to 5 % (`llmbench plan validate`: planning.md
-§9, on which the priors were chosen, and the held-out TensorRT-LLM rows of held_out.py, which they never saw).
-tests/test_plan.py fails if an error outgrows its band. A calibrated plan (`--results`) has no published
-check of its own, so it keeps its class's widths."""
+"""Uncertainty bands: by kind of figure (throughput, median/mean latency, P99 latency, memory) and by class of
+setup, the signed relative error (predicted / published - 1) the planner made on **held-out** published
+results: TensorRT-LLM's rows the priors never saw (held_out.py) and MLPerf Inference v5.1 (mlperf.py). Each band
+runs from the 5th to the 95th percentile of those errors, widened by 2 % and rounded out to 5 % (`derive`);
+`llmbench plan validate` prints them beside the errors, and tests/test_plan_validation.py fails if fewer than
+90 % of the held-out figures fall inside. A band is signed because the planner is biased: a plan reads it as
+"the real figure lies between value / (1 + high) and value / (1 + low)".
+
+"near saturation" is a class of its own for latencies: a question asked at 80 % or more of the replica's
+saturation rate (search.saturation) sits on the knee, where a few per cent of throughput error move a P99
+several-fold; there the planner answers "order of magnitude only — measure it". A calibrated or fitted plan
+(`--results`) keeps its class's widths or the fit's own error.
+"""
 
 from __future__ import annotations
 
+import numpy as np
+
 from llmbench.plan.models import ModelSpec
 
-# class -> kind -> half-width; where a class has no published figure of a kind the note says what is borrowed
-BANDS = {
-    "dense, TP <= 2": {"throughput": 0.25, "latency": 0.25, "memory": 0.05},
-    "dense, TP >= 4": {"throughput": 0.50, "latency": 0.40, "memory": 0.05},
-    "MoE": {"throughput": 0.80, "latency": 0.80, "memory": 0.05},
+Band = tuple[float, float]
+KINDS = ("throughput", "latency", "p99", "memory")
+KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
+TP2 = {"latency": (-0.45, 0.05), "p99": (-0.55, 0.05)}  # borrowed where no held-out latency was published
+BANDS: dict[str, dict[str, Band]] = {
+    "dense, TP <= 2": {"throughput": (-0.2, 0.45), **TP2, "memory": (-0.05, 0.05)},
+    "dense, TP >= 4": {"throughput": (-0.05, 0.4), **TP2, "memory": (-0.05, 0.05)},
+    "MoE": {"throughput": (-0.05, 0.65), **TP2, "memory": (-0.05, 0.05)},
+    "near saturation": {"latency": (-0.85, 4.7), "p99": (-0.8, 2.35)},
 }
 NOTES = {
-    "dense, TP <= 2": "",
-    "dense, TP >= 4": "memory band borrowed from TP <= 2 (no published KV row at TP >= 4)",
-    "MoE": "no published MoE latency or memory row: latency borrows the MoE throughput band, memory the dense one",
+    "dense, TP <= 2": "memory band from the tuning rows (no held-out memory figure)",
+    "dense, TP >= 4": "latency and P99 bands borrowed from dense TP <= 2, memory from the tuning rows (no "
+                      "held-out latency or memory figure at TP >= 4)",
+    "MoE": "latency and P99 bands borrowed from dense TP <= 2, memory from the tuning rows (no held-out MoE "
+           "latency or memory figure)",
+    "near saturation": "",
 }
+WIDE_BAND = 0.5
 
 
 def setup_class(model: ModelSpec, tp: int) -> str:
@@ -27,11 +45,47 @@ def setup_class(model: ModelSpec, tp: int) -> str:
     return "dense, TP <= 2" if tp <= 2 else "dense, TP >= 4"
 
 
-def for_setup(model: ModelSpec, tp: int) -> dict[str, float]:
+def figure_class(model: ModelSpec, tp: int, kind: str, utilization: float | None = None) -> str:
+    """The class whose band a figure takes: latencies asked at or past the knee are "near saturation"."""
+    if kind in ("latency", "p99") and utilization is not None and utilization >= KNEE:
+        return "near saturation"
+    return setup_class(model, tp)
+
+
+def for_setup(model: ModelSpec, tp: int) -> dict[str, Band]:
     return dict(BANDS[setup_class(model, tp)])
 
 
-WIDE_BAND = 0.5
+def at_load(band: dict, utilization: float | None) -> dict:
+    """A setup's bands for a question asked at `utilization` of its saturation rate."""
+    if utilization is None or utilization < KNEE:
+        return band
+    return band | BANDS["near saturation"]
+
+
+def signed(band: Band | float) -> Band:
+    """A signed band; a bare width w is (-w, w) (a fit's own symmetric error)."""
+    return (-band, band) if isinstance(band, int | float) else (float(band[0]), float(band[1]))
+
+
+def interval(value: float, band: Band | float) -> list[float]:
+    """Where the real figure lies when the planner says `value` and errs within `band`."""
+    low, high = signed(band)
+    return [value / (1 + high), value / (1 + max(low, -0.99))]
+
+
+def width(band: Band | float) -> float:
+    """The band as one relative half-width around the value (for the "order of magnitude" rule)."""
+    low, high = interval(1.0, band)
+    return (high - low) / 2
+
+
+def text(band: Band | float) -> str:
+    """`-10 %/+25 %`: how far the planner's figure has been off, low side and high side."""
+    low, high = signed(band)
+    if low == -high:
+        return f"±{high:.0%}"
+    return f"{low:+.0%}/{high:+.0%}"
 
 
 def band_text(figure: dict) -> str:
@@ -42,3 +96,21 @@ def band_text(figure: dict) -> str:
     if figure["value"] and (high - low) / (2 * abs(figure["value"])) > WIDE_BAND:
         return "order of magnitude only — measure it"
     return f"{low:,.2f}–{high:,.2f}"
+
+
+def derive(rows: list[dict], coverage: float = 0.9, pad: float = 0.02) -> dict[str, dict[str, Band]]:
+    """Bands from validation rows: per class and kind, the central `coverage` of the held-out errors, stretched
+    to hold zero (a band says how far the planner has erred, not that it must), padded and rounded out to 5 %; a
+    class and kind with no held-out figure is left out (BANDS says what it borrows)."""
+    tail = (1 - coverage) / 2 * 100
+    out: dict[str, dict[str, Band]] = {}
+    for r in rows:
+        out.setdefault(r["class"], {})
+    for cls in out:
+        for kind in KINDS:
+            errors = [r["error"] for r in rows if r["held_out"] and r["class"] == cls and r["kind"] == kind]
+            if errors:
+                low, high = np.percentile(errors, [tail, 100 - tail])
+                out[cls][kind] = (float(np.floor((min(low, 0) - pad) * 20) / 20),
+                                  float(np.ceil((max(high, 0) + pad) * 20) / 20))
+    return {cls: bands for cls, bands in out.items() if bands}

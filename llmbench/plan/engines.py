@@ -57,6 +57,11 @@ PROFILES = {
     "trtllm": EngineProfile("trtllm", 2048, 8192, True, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
                             reserve_output=True, mfu_scale=1.3, mbu_scale=1.1),
     "llmbench": EngineProfile("llmbench", 256, 2048, True, 1.5e-3, 32e-6, 10e-6, 5e-3, "profile", 0.5 * GiB),
+    # LMDeploy's TurboMind (TurbomindEngineConfig defaults: max_batch_size 128, max_prefill_token_num 8192 per
+    # iteration, cache_max_entry_count 0.8 of the memory left free, blocks of 64 tokens, prefix caching off); a
+    # C++ engine, so TensorRT-LLM's fixed costs; no published row checks it
+    "lmdeploy": EngineProfile("lmdeploy", 128, 8192, True, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
+                              gpu_memory_utilization=0.8, block_size=64, prefix_caching=False),
 }
 
 

@@ -72,10 +72,16 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
          "NVIDIA H100 datasheet (H100 NVL: 94 GB HBM3, 3.9 TB/s, 835/1,671 dense BF16/FP8 TFLOPS)"),
     _gpu("H200", 141 * GB, 4800 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.75,
          "midpoint of the 2026 range $2.50-7.00", "AIC systems/h200_sxm.yaml"),
+    _gpu("GH200", 144 * GB, 4900 * GB, 989e12, 1978e12, "nvlink4", "hopper", None, NONE_PUBLISHED,
+         "NVIDIA GH200 datasheet (144 GB HBM3e, 4.9 TB/s; H100's Tensor Cores)"),
+    _gpu("H200-NVL", 141 * GB, 4800 * GB, 835e12, 1671e12, "pcie5", "hopper", None, NONE_PUBLISHED,
+         "NVIDIA H200 datasheet (H200 NVL: 141 GB, 4.8 TB/s, 835/1,671 dense BF16/FP8 TFLOPS, 600 W)"),
     _gpu("B200", 180 * GiB, 7700 * GB, 2250e12, 4500e12, "nvlink5", "blackwell", None, NONE_PUBLISHED,
          "AIC systems/b200_sxm.yaml"),
     _gpu("MI300X", 192 * GB, 5300 * GB, 1307.4e12, 2614.9e12, "infinity-fabric", "cdna3", 1.78,
          "midpoint of $1.71-1.85/h listings", "alpharomercoma/MI300X-vs-H200 METHODOLOGY.md"),
+    _gpu("MI325X", 256 * GB, 6000 * GB, 1307.4e12, 2614.9e12, "infinity-fabric", "cdna3", None, NONE_PUBLISHED,
+         "AMD Instinct MI325X datasheet (256 GB HBM3e, 6 TB/s; MI300X's compute)"),
 ]}
 
 ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM", "A100": "A100-80GB",

@@ -2,12 +2,14 @@
 overview, `NVIDIA/TensorRT-LLM:docs/source/performance/perf-overview.md` at 00f37686), read only after the
 planner's priors had been chosen on §9 and never tuned on. Same method as row B: `trtllm-bench throughput`
 (PyTorch backend, every request at once, FP8 weights and KV, fixed ISL/OSL, the request counts the page
-lists), total output tokens/s. They size the bands of bands.py for the setups §9 has no row for: TP 8 and MoE.
+lists), total output tokens/s. With MLPerf v5.1 (mlperf.py) they are the held-out half the bands of bands.py
+come from.
 """
 
 from __future__ import annotations
 
-from llmbench.plan.published import TRTLLM_REQUESTS, Case
+from llmbench.plan.case import Case
+from llmbench.plan.published import TRTLLM_REQUESTS
 
 LENGTHS = list(TRTLLM_REQUESTS)
 # model, [(GPU, TP)], then per ISL/OSL in LENGTHS' order one output tok/s per setup (None: not published)

@@ -174,7 +174,7 @@ class Replica:
     tp: int
     how: str  # how the step model was obtained
     label: str  # "simulated (fitted)", "simulated (calibrated)", "simulated (priors)"
-    band: dict  # relative half-widths by kind: throughput, latency, memory
+    band: dict  # by kind (throughput, latency, p99, memory): signed (low, high) or a fit's symmetric width
     memory: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     kv_tokens: Callable[[int, int], int] | None = None  # KV pool for --max-num-seqs and --max-num-batched-tokens
@@ -213,13 +213,16 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
     setup = search.SimSetup(roof, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
                             req.num_requests is not None)
     cls = bands.setup_class(model, mem.tp)
-    band_note = f"bands: the largest errors on published {cls} setups (`llmbench plan validate`)"
+    band_note = f"bands: the planner's signed errors on held-out published {cls} results (`llmbench plan validate`)"
 
     def kv_tokens(seqs: int, budget: int) -> int:
         grid_engine = engine.with_knobs(max_num_seqs=seqs, max_num_batched_tokens=budget)
         return plan_memory(model, gpu, mem.tp, **kw | {"engine": grid_engine}).kv_tokens
 
-    notes = [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls])))]
+    notes = [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls]))),
+             "tail terms: per-operator roofline (a large batch's KV read adds to its compute-bound GEMMs); "
+             "saturation (no rate at or past the full-batch throughput: its queue grows without bound); latencies "
+             "at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
@@ -281,26 +284,30 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     setup = search.SimSetup(step_model, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
                             req.num_requests is not None)
     return Replica(setup, req.gpus_per_replica or 1, f"fitted on {len(steps)} engine steps (median error {rel:.1%})",
-                   "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "memory": 0.0},
+                   "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "p99": 2 * rel, "memory": 0.0},
                    {"kv_capacity_tokens": kv_tokens})
 
 
 # -- answers ------------------------------------------------------------------------------------------
-def _figure(name: str, value: float, unit: str, label: str, band: float | None) -> dict:
+def _figure(name: str, value: float, unit: str, label: str, band: bands.Band | float | None) -> dict:
     out = {"name": name, "value": value, "unit": unit, "label": label}
     if band:
-        out["band"] = [value * (1 - band), value * (1 + band)]
+        out["band"] = bands.interval(value, band)
     return out
 
 
-def _latency_figures(point: dict, rep: Replica) -> list[dict]:
+def _latency_figures(point: dict, rep: Replica, band: dict | None = None) -> list[dict]:
+    """Means and medians take the latency band, P90 and P99 the P99 one (`band`: the replica's at this load)."""
+    band = band or rep.band
     figs = []
     names = {"mean": "mean", "median": "P50", "p90": "P90", "p99": "P99"}
     for metric in ("ttft", "tpot", "itl", "e2el"):
         for pct, name in names.items():
             key = f"{pct}_{metric}_ms"
             if key in point:
-                figs.append(_figure(f"{name} {metric.upper()}", point[key], "ms", rep.label, rep.band["latency"]))
+                which = "p99" if pct in ("p90", "p99") else "latency"
+                figs.append(_figure(f"{name} {metric.upper()}", point[key], "ms", rep.label,
+                                    band.get(which, band["latency"])))
     return figs
 
 
@@ -327,40 +334,50 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
     where = f"{fleet} replica(s) of {rep.tp} GPU(s)"
     figures = plan["figures"]
     if req.mode in ("at-rate", "concurrency"):
+        band, load = rep.band, ""
         if req.mode == "at-rate":
             point = search.at_rate(setup, req.at_rate / fleet, req.slo)
             at = f"{req.at_rate:g} req/s"
+            utilization = req.at_rate / fleet / search.saturation(setup)
+            point["utilization"] = utilization
+            band = bands.at_load(rep.band, utilization)
+            load = (f"; {utilization:.0%} of the replica's saturation rate" + (
+                ": past it the queue grows without bound" if utilization >= 1 else
+                ", on the knee: latencies order of magnitude only — measure them" if utilization >= bands.KNEE
+                else ""))
         else:
             point = search.at_concurrency(setup, max(req.concurrency // fleet, 1), req.slo)
             at = f"concurrency {req.concurrency}"
-        figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
+        figures += _latency_figures(point, rep, band) + _throughput_figures(point, rep, "per replica")
         plan["simulated"] = {"point": point, "replicas": fleet}
         plan["answer"] = (f"at {at} on {where}: P50/P99 TTFT {point['median_ttft_ms']:.0f}/{point['p99_ttft_ms']:.0f} "
                           f"ms, TPOT {point['median_tpot_ms']:.1f}/{point['p99_tpot_ms']:.1f} ms, E2E "
                           f"{point['median_e2el_ms'] / 1000:.2f}/{point['p99_e2el_ms'] / 1000:.2f} s, "
-                          f"{point['output_throughput'] * fleet:,.0f} output tok/s (±{rep.band['latency']:.0%} latency, "
-                          f"±{rep.band['throughput']:.0%} throughput; {point['attainment']:.1%} meet "
-                          f"{req.slo.describe()})")
+                          f"{point['output_throughput'] * fleet:,.0f} output tok/s ({bands.text(band['latency'])} "
+                          f"latency, {bands.text(band.get('p99', band['latency']))} P99, "
+                          f"{bands.text(band['throughput'])} throughput; {point['attainment']:.1%} meet "
+                          f"{req.slo.describe()}{load})")
         return
     if req.mode == "max-concurrency":
         most, point = search.max_concurrency(setup, req.slo)
         if not most:
             raise PlanError(f"even one request at a time misses {req.slo.describe()} on the simulated engine")
-        b = rep.band["latency"]
+        b = bands.width(rep.band.get("p99", rep.band["latency"]))
         figures.append(_figure("highest concurrency within the bound", most, "requests in flight", rep.label, None))
         figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
         plan["simulated"] = {"point": point, "max_concurrency": most, "replicas": fleet}
         plan["answer"] = (f"one replica of {rep.tp} GPU(s) holds up to {most} requests in flight (closed loop) under "
                           f"{req.slo.describe()}" + (f"; {most * fleet} on {where}" if fleet > 1 else "")
-                          + (f" (latencies ±{b:.0%}: a bound near the edge moves the answer)" if b <= 0.5 else
-                             f" (latency band ±{b:.0%}: order of magnitude only — measure it)"))
+                          + (f" (P99 band {bands.text(rep.band.get('p99', rep.band['latency']))}: a bound near the "
+                             "edge moves the answer)" if b <= bands.WIDE_BAND else
+                             " (P99 band wider than ±50 %: order of magnitude only — measure it)"))
         return
     if req.mode == "max-throughput":
         point = search.max_throughput(setup)
         figures += _throughput_figures(point, rep, "per replica") + _latency_figures(point, rep)
         plan["simulated"] = {"point": point, "replicas": fleet}
         plan["answer"] = (f"maximum throughput on {where}: {point['output_throughput'] * fleet:,.0f} output tok/s, "
-                          f"{point['request_throughput'] * fleet:.2f} req/s (±{rep.band['throughput']:.0%}; every "
+                          f"{point['request_throughput'] * fleet:.2f} req/s ({bands.text(rep.band['throughput'])}; every "
                           "request sent at once, drain tail included)")
         return
     rate = search.capacity(setup, req.slo, start_rate)
@@ -368,8 +385,9 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
         raise PlanError(f"the simulated engine cannot meet the SLO ({req.slo.describe()}) at any rate: even a lone "
                         "request takes longer (check the SLO against the step time)")
     b = rep.band["throughput"]
+    low, high = bands.interval(rate, b)
     point = search.at_rate(setup, rate, req.slo)
-    sim = {"per_replica_rate": rate, "per_replica_rate_band": [rate * (1 - b), rate * (1 + b)],
+    sim = {"per_replica_rate": rate, "per_replica_rate_band": [low, high], "saturation_rate": search.saturation(setup),
            "gpus_per_replica": rep.tp, "step_model": rep.how, "point": point,
            "client_overhead_s": setup.shape.client_overhead, "workload": setup.work.source,
            "mean_output_tokens": setup.work.mean_output}
@@ -393,12 +411,12 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
     if req.qps is None:
         plan["simulated"] = sim
         if "measured" not in plan:
-            plan["answer"] = (f"one replica of {rep.tp} GPU(s) sustains {rate:.2f} req/s [{rate * (1 - b):.2f}–"
-                              f"{rate * (1 + b):.2f}] under {req.slo.describe()}")
+            plan["answer"] = (f"one replica of {rep.tp} GPU(s) sustains {rate:.2f} req/s [{low:.2f}–{high:.2f}] "
+                              f"under {req.slo.describe()}")
         return
     replicas = replicas_for(req.qps, rate, req.burst_headroom, req.spares)
-    band = [replicas_for(req.qps, rate * (1 + b), req.burst_headroom, req.spares),
-            replicas_for(req.qps, rate * (1 - b), req.burst_headroom, req.spares)]
+    band = [replicas_for(req.qps, high, req.burst_headroom, req.spares),
+            replicas_for(req.qps, low, req.burst_headroom, req.spares)]
     sim |= {"replicas": replicas, "replicas_band": band, "gpus": replicas * rep.tp}
     plan["simulated"] = sim
     if "measured" not in plan:

@@ -3,38 +3,30 @@ published. Each case states its setup as the source does (model, GPUs, TP, dtype
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from llmbench.plan import bands, engines, gpus, models
+from llmbench.plan import bands, engines, gpus, mlperf, models
+from llmbench.plan.case import Case
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, max_throughput
 from llmbench.plan.workload import Workload
 
-
-@dataclass(frozen=True)
-class Case:
-    row: str
-    what: str
-    model: str
-    gpu: str
-    tp: int
-    engine: str
-    mode: str  # "rate", "concurrency", "max", "static", "memory"
-    value: float  # the rate, the concurrency or the batch
-    published: dict  # metric -> published figure
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    isl: int = 0  # fixed lengths; 0 = ShareGPT
-    osl: int = 0
-    requests: int = 800
-    knobs: dict = field(default_factory=dict)
+KIND = {"output_throughput": "throughput", "request_throughput": "throughput", "capacity": "throughput",
+        "kv_gib_per_gpu": "memory", "weights_gib_per_gpu": "memory"}
 
 
-KIND = {"output_throughput": "throughput", "request_throughput": "throughput", "kv_gib_per_gpu": "memory",
-        "weights_gib_per_gpu": "memory"}
+def kind(metric: str) -> str:
+    """throughput (tok/s, req/s, P99-constrained capacity), p99 (tail latencies), latency (medians and means),
+    memory."""
+    return KIND.get(metric, "p99" if metric.startswith("p99_") else "latency")
+# rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors; TensorRT-LLM's other rows (H, held_out.py)
+# and MLPerf v5.1 (M5, mlperf.py) were read only after, and never tuned on
+HELD_OUT = ("H", "M5")
+SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview (section 9 rows)",
+           "C": "NIM 1.8 benchmarks", "D": "Databricks blog", "E": "llm-d memory results",
+           "M4": "MLPerf Inference v4.1", "H": "TensorRT-LLM perf overview (other rows)",
+           "M5": "MLPerf Inference v5.1"}
 VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
 # trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
@@ -90,6 +82,10 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
     if case.mode == "memory":
         return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}
+    if case.bench:
+        roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
+        work = mlperf.workload(case.bench, case.tokens_per_sample)
+        return mlperf.predict(case, SimSetup(roof, engine.shape(mem.kv_tokens), work, (0,), case.requests, True))
     if case.isl:
         n = case.requests
         work = Workload(np.full(n, case.isl), np.full(n, case.osl), f"{case.isl}/{case.osl}")
@@ -119,28 +115,33 @@ def validate(cases: list[Case] | None = None, sharegpt: Workload | None = None) 
     rows = []
     for case in cases:
         got = predict(case, sharegpt)
+        load = got.get("utilization")
         for metric, published in case.published.items():
-            value = got[metric]
-            rows.append({"row": case.row, "case": case.what, "metric": metric, "kind": KIND.get(metric, "latency"),
-                         "class": bands.setup_class(models.model(case.model), case.tp), "held_out": case.row == "H",
+            value, what = got[metric], kind(metric)
+            rows.append({"row": case.row, "case": case.what, "source": case.source or SOURCES[case.row],
+                         "metric": metric, "kind": what,
+                         "class": bands.figure_class(models.model(case.model), case.tp, what, load),
+                         "held_out": case.row in HELD_OUT, "utilization": load,
                          "published": published, "predicted": value, "error": value / published - 1})
     return rows
 
 
+def inside(row: dict) -> bool:
+    low, high = bands.signed(bands.BANDS[row["class"]][row["kind"]])
+    return low <= row["error"] <= high
+
+
 def error_summary(rows: list[dict]) -> list[dict]:
-    """Per class of setup and kind of figure: median and largest absolute error over the §9 rows and over the
-    held-out ones, and how many of all fall inside the class's band."""
+    """Per half (tuning: the rows the priors were chosen on; held out: never tuned on) and kind of figure: how
+    many, the median absolute and the median signed error, and how many fall inside their class's band."""
     out = []
-    for cls, widths in bands.BANDS.items():
-        for kind, band in widths.items():
-            mine = [r for r in rows if r["class"] == cls and r["kind"] == kind]
-            if not mine:
-                continue
-            line = {"class": cls, "kind": kind, "band": band, "rows": len(mine),
-                    "inside_band": sum(abs(r["error"]) <= band for r in mine)}
-            for part, held in (("fitted", False), ("held_out", True)):
-                errors = np.array([abs(r["error"]) for r in mine if r["held_out"] == held])
-                if len(errors):
-                    line[part] = {"rows": len(errors), "median": float(np.median(errors)), "max": float(errors.max())}
-            out.append(line)
+    for part, held in (("tuning", False), ("held out", True)):
+        for what in bands.KINDS:
+            mine = [r for r in rows if r["held_out"] == held and r["kind"] == what]
+            if mine:
+                errors = np.array([r["error"] for r in mine])
+                out.append({"part": part, "kind": what, "figures": len(mine),
+                            "p99_constrained": sum(r["metric"] == "capacity" for r in mine),
+                            "median_abs": float(np.median(np.abs(errors))), "median": float(np.median(errors)),
+                            "inside_band": sum(inside(r) for r in mine)})
     return out

@@ -86,6 +86,16 @@ def max_throughput(setup: SimSetup, requests: int | None = None) -> dict:
         "simulated_requests": n}
 
 
+def saturation(setup: SimSetup) -> float:
+    """Tail term `saturation`: the request rate a replica sustains with its batch full, a closed loop at
+    max_num_seqs as a benchmark runs it, drain included (chosen on the tuning rows over Little's law on the
+    loop's steady middle, which put MLPerf v4.1's capacities further off). A Poisson rate at or above it builds
+    a queue without bound: over a run as long as a real benchmark's (MLPerf's ten minutes) the P99s grow with
+    the run, however good a simulation of a few thousand requests looks while the batch is still filling."""
+    steady = replace(setup, seeds=setup.seeds[:1], exact=False)
+    return at_concurrency(steady, setup.shape.max_num_seqs)["request_throughput"]
+
+
 def meets(setup: SimSetup, rate: float, slo: SLO, seeds: tuple[int, ...] | None = None) -> tuple[bool, dict]:
     point = at_rate(setup, rate, slo, seeds)
     return point["attainment"] >= slo.attainment, point
@@ -93,12 +103,14 @@ def meets(setup: SimSetup, rate: float, slo: SLO, seeds: tuple[int, ...] | None 
 
 def capacity(setup: SimSetup, slo: SLO, start: float, tolerance: float = 0.05,
              seeds: tuple[int, ...] | None = None) -> float:
-    """The highest Poisson rate whose requests meet the SLO at the required attainment (0 if none)."""
-    low, high = 0.0, max(start, 1e-3)
-    while meets(setup, high, slo, seeds)[0]:
-        low, high = high, high * 2
-        if high > 1e6:
-            return high
+    """The highest Poisson rate whose requests meet the SLO at the required attainment (0 if none), below the
+    replica's saturation rate."""
+    limit = saturation(setup)
+    low, high = 0.0, min(max(start, 1e-3), limit)
+    while high < limit and meets(setup, high, slo, seeds)[0]:
+        low, high = high, min(high * 2, limit)
+    if high >= limit and meets(setup, high, slo, seeds)[0]:
+        return limit
     while high - low > tolerance * max(low, 1e-3):
         mid = (low + high) / 2
         if meets(setup, mid, slo, seeds)[0]:

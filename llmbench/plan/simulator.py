@@ -33,12 +33,18 @@ class SimResult:
     output_tokens: int
     duration: float
     preemptions: int
+    completed: int | None = None  # requests finished within `duration` (None: those listed)
 
     def without_first(self, k: int) -> SimResult:
         """The result without the first k requests (a closed loop's warm-up: they all start at once)."""
         keep = slice(k, None)
         return SimResult(self.ttft[keep], self.tpot_all[keep], self.multi_token[keep], self.e2el[keep], self.itl,
-                         self.output_tokens, self.duration, self.preemptions)
+                         self.output_tokens, self.duration, self.preemptions, self.finished)
+
+    @property
+    def finished(self) -> int:
+        """Requests finished within `duration`, the warm-up's too (the tokens and time are theirs as well)."""
+        return len(self.ttft) if self.completed is None else self.completed
 
     @property
     def tpot(self) -> np.ndarray:
@@ -53,7 +59,7 @@ class SimResult:
                 key = f"{'median' if p == 50 else f'p{p}'}_{metric}_ms"
                 out[key] = float(np.percentile(values, p) * 1000) if len(values) else 0.0
         out["output_throughput"] = self.output_tokens / self.duration if self.duration else 0.0
-        out["request_throughput"] = len(self.ttft) / self.duration if self.duration else 0.0
+        out["request_throughput"] = self.finished / self.duration if self.duration else 0.0
         out["preemptions"] = self.preemptions
         return out
 

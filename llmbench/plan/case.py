@@ -1,0 +1,28 @@
+"""A published result put to the planner: its setup as the source states it, and the figures it published."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    row: str
+    what: str
+    model: str
+    gpu: str
+    tp: int
+    engine: str
+    mode: str  # "rate", "concurrency", "max", "static", "memory"; MLPerf: "offline", "server", "interactive"
+    value: float  # the rate, the concurrency or the batch
+    published: dict  # metric -> published figure
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    isl: int = 0  # fixed lengths; 0 = ShareGPT
+    osl: int = 0
+    requests: int = 800
+    knobs: dict = field(default_factory=dict)
+    bench: str = ""  # an MLPerf benchmark (mlperf.py): its dataset's lengths, `replicas` simulated as one
+    tokens_per_sample: float = 0.0
+    replicas: int = 1
+    source: str = ""  # the published file, where a row has one of its own

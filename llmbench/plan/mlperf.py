@@ -1,0 +1,222 @@
+"""MLPerf Inference results as validation rows: LoadGen's own summaries (`mlperf_log_summary.txt`) of the
+Llama-2-70B and Llama-3.1-8B benchmarks, each system with the engine settings its submission's code and configs
+state. Split by source before any error was looked at: round **v4.1** (`mlcommons/inference_results_v4.1` at
+198fc467) is the tuning half, round **v5.1** (`mlcommons/inference_results_v5.1`) is held out.
+
+Each row is a system of `gpus` GPUs serving `gpus / tp` independent replicas (LoadGen spreads the load over
+them), so the planner simulates one replica and multiplies. Per system: Offline output tokens/s (every sample at
+once); Server and Interactive (Poisson arrivals at `target_qps`): P99 and mean TTFT and TPOT at that rate, and
+the rate itself read as a P99-constrained capacity (submitters raise `target_qps` until LoadGen's P99 bounds
+fail; LIMITS). Lengths: the benchmark's own dataset (data/), outputs rescaled to the tokens per sample the run
+reports (the model's answers are longer than the dataset's references). Left out: FP4 systems (B200, GB200:
+the planner has no FP4 compute), power-capped (MaxQ), CTS and Triton variants, and engines the planner has no
+profile for (LLMBoost, Intel's).
+
+Row fields: round, benchmark, submitter, system, GPU, GPUs, TP, engine, weight/KV dtype, output tokens per
+sample, Offline tok/s, Offline engine settings, Server (target_qps, P99 TTFT, P99 TPOT, mean TTFT, mean TPOT,
+ms), Server settings, Interactive figures, Interactive settings. Settings: (max batch, max tokens per step[,
+vLLM scheduler steps]).
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from llmbench.plan.case import Case
+from llmbench.plan.workload import Workload
+
+DATA = Path(__file__).parent / "data"
+DATASETS = {"llama2-70b": "mlperf_openorca_lengths.csv.gz", "llama3.1-8b": "mlperf_cnn_dailymail_lengths.csv.gz"}
+MODELS = {"llama2-70b": "llama-2-70b", "llama3.1-8b": "llama-3.1-8b"}
+MAX_OUTPUT = {"llama2-70b": 1024, "llama3.1-8b": 128}
+# P99 TTFT and TPOT bounds, ms (mlcommons/inference loadgen/mlperf.conf; workloads.md section 7)
+LIMITS = {("llama2-70b", "server"): (2000.0, 200.0), ("llama2-70b", "interactive"): (450.0, 40.0),
+          ("llama3.1-8b", "server"): (2000.0, 100.0), ("llama3.1-8b", "interactive"): (500.0, 30.0)}
+TUNING, HELD_OUT = "v4.1", "v5.1"
+SOURCE = ("mlcommons/inference_results_{round}:closed/{submitter}/results/{system}/{bench}/{scenario}/performance/"
+          "run_1/mlperf_log_summary.txt")
+
+
+@dataclass(frozen=True)
+class Row:
+    round: str
+    bench: str
+    submitter: str
+    system: str
+    gpu: str
+    gpus: int
+    tp: int
+    engine: str
+    dtype: str
+    tokens_per_sample: float
+    offline_tok_s: float | None
+    offline: tuple | None
+    server: tuple | None
+    server_cfg: tuple | None
+    interactive: tuple | None
+    interactive_cfg: tuple | None
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // self.tp
+
+
+ROWS = [
+    Row('v4.1', 'llama2-70b', 'NVIDIA', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.3, 24524.9, (896, 4096), (75.0, 461.3, 175.4, 275.9, 155.0), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'NVIDIA', 'H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.3, 31302.7, (806, 4096), (101.0, 452.7, 146.0, 198.3, 123.3), (896, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'NVIDIA', 'GH200-GraceHopper-Superchip_GH200-144GB_aarch64x1_TRT', 'GH200', 1, 1, 'trtllm', 'fp8', 291.2, 4067.5, (806, 4096), (13.4, 579.3, 192.6, 279.7, 161.3), (806, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'AMD', '1xMI300X_2xEPYC-9374F', 'MI300X', 1, 1, 'vllm@0.4', 'fp8', 293.2, 3062.7, (2048, 65536), (8.6, 785.3, 190.3, 401.9, 153.4), (768, 65536), None, None),
+    Row('v4.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC-9374F', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.4, 23514.8, (2048, 65536), (73.5, 1604.2, 197.9, 1006.3, 143.1), (768, 65536), None, None),
+    Row('v4.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC-TURIN', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.4, 24109.8, (2048, 65536), (76.0, 1660.4, 198.7, 1038.4, 143.1), (768, 65536), None, None),
+    Row('v4.1', 'llama2-70b', 'Dell', 'XE9680_MI300X_192GBx8', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.7, 22677.6, (2048, 65536), (68.5, 1723.3, 196.0, 1203.9, 142.7), (768, 65536), None, None),
+    Row('v4.1', 'llama2-70b', 'HPE', 'HPE_ProLiant_DL380a_H100_NVL_94GBx4_TRT', 'H100-NVL', 4, 2, 'trtllm', 'fp8', 290.3, 8858.8, (1300, 4096), (24.0, 383.9, 121.9, 195.6, 103.9), (640, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Lenovo', 'SR675_V3_8xH100_NVL_TRT', 'H100-NVL', 8, 2, 'trtllm', 'fp8', 291.2, 15875.8, (1300, 4096), (45.0, 359.4, 87.0, 138.9, 67.6), (640, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'ASUSTeK', 'ESC4000A_E12_4XH100_TRT', 'H100-NVL', 4, 2, 'trtllm', 'fp8', 290.9, 6673.9, (1300, 4096), (20.0, 548.1, 166.0, 260.4, 137.9), (640, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Dell', 'XE9680_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.1, 24086.7, (896, 4096), (75.0, 474.0, 179.8, 288.6, 162.1), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Google', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.1, 24133.7, (896, 4096), (75.0, 484.3, 184.3, 295.4, 166.0), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'HPE', 'HPE_Cray_XD670_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.9, 24528.3, (896, 4096), (80.0, 381.8, 141.0, 229.0, 127.0), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Supermicro', 'SYS_821GE_TNHR_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.1, 24140.1, (896, 4096), (76.4, 862.0, 188.2, 325.4, 170.4), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Dell', 'XE8640_H100_SXM_80GBx4_TRT', 'H100-SXM', 4, 2, 'trtllm', 'fp8', 290.9, 10699.6, (896, 4096), (33.0, 495.0, 186.4, 285.9, 166.0), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Fujitsu', 'GX2560M7_H100_SXM_80GBx4_TRT', 'H100-SXM', 4, 2, 'trtllm', 'fp8', 290.1, 10133.3, (896, 4096), (33.0, 497.9, 188.3, 289.3, 166.8), (1024, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Dell', 'XE9680_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 32124.3, (806, 4096), (102.5, 489.2, 158.9, 209.0, 132.0), (896, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'GigaComputing', 'GIGABYTE_G593_SD1_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 31263.8, (806, 4096), (102.5, 572.4, 195.8, 258.9, 166.3), (896, 4096), None, None),
+    Row('v4.1', 'llama2-70b', 'Lenovo', 'Lenovo_8xH200_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 31973.7, (806, 4096), (105.0, 561.0, 191.2, 253.2, 161.7), (896, 4096), None, None),
+    Row('v5.1', 'llama2-70b', 'ASUSTeK', 'ESC8000_H200_NVLx8_TRT', 'H200-NVL', 8, 1, 'trtllm', 'fp8', 291.7, 30487.0, (2048, 1536), (88.0, 665.6, 136.9, 290.8, 120.3), (2048, 1536), None, (512, 256)),
+    Row('v5.1', 'llama2-70b', 'ASUSTeK', 'ESC_N8_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 35075.1, (2048, 1536), (118.0, 1715.1, 193.3, 588.6, 183.3), (2048, 1536), None, (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Cisco', 'C885_H200x8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 34548.2, (2048, 1536), (114.24, 947.8, 183.0, 397.7, 169.7), (2048, 1536), (67.2, 269.4, 36.8, 99.5, 34.8), (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Dell', 'XE7745_H200_NVL_141GBx8_TRT', 'H200-NVL', 8, 1, 'trtllm', 'fp8', 292.3, 31267.4, (2048, 1536), (99.825, 814.6, 190.8, 373.6, 174.3), (2048, 1536), (56.0, 295.2, 39.7, 106.3, 37.4), (256, 256)),
+    Row('v5.1', 'llama2-70b', 'Dell', 'XE9680L_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 34588.3, (2048, 1536), (114.24, 950.9, 184.2, 405.8, 170.3), (2048, 1536), None, (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Dell', 'XE9680_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 292.3, 35316.7, (2048, 1536), (114.24, 922.1, 180.8, 394.7, 169.1), (2048, 1536), (75.0, 367.1, 38.8, 124.9, 37.2), (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Dell_Broadcom', 'vXE9680_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 293.4, 34301.9, (2048, 1536), (114.24, 960.2, 183.3, 395.9, 168.8), (2048, 1536), None, (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Google', 'H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 293.4, 35043.7, (2048, 1536), None, None, (67.2, 252.2, 35.8, 93.6, 34.0), (512, 256)),
+    Row('v5.1', 'llama2-70b', 'HPE', 'HPE_Cray_XD670_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.7, 34964.6, (2506, 1536), (114.24, 943.5, 184.3, 402.6, 171.2), (2048, 1536), (70.0, 291.1, 37.4, 102.5, 35.2), (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Nebius', 'H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 293.4, 34812.1, (2048, 1536), (116.6, 1717.3, 195.6, 589.9, 184.2), (2048, 1536), (79.3, 431.5, 39.6, 137.9, 37.1), (512, 256)),
+    Row('v5.1', 'llama2-70b', 'Quanta_Cloud_Technology', 'D74U-7U_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 293.4, 35091.5, (2048, 1536), (114.24, 970.0, 186.5, 418.2, 173.3), (2048, 1536), None, None),
+    Row('v5.1', 'llama2-70b', 'Quanta_Cloud_Technology', 'D75E-4U_H200-NVL-141GBx4_TRT', 'H200-NVL', 4, 1, 'trtllm', 'fp8', 293.4, 15057.6, (2048, 1536), (47.0, 665.3, 190.3, 331.5, 167.6), (2048, 1536), (23.0, 254.3, 39.3, 93.6, 33.3), (512, 256)),
+    Row('v5.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC_9575F', 'MI300X', 8, 1, 'vllm@0.9', 'fp8', 301.7, 27803.9, (1792, 40960, 11), (83.5, 1914.6, 193.4, 918.5, 144.6), (650, 40960, 9), (29.5, 436.0, 39.5, 201.3, 32.1), (600, 40960, 8)),
+    Row('v5.1', 'llama2-70b', 'Dell', 'XE9680_MI300X_192GBx8', 'MI300X', 8, 1, 'vllm@0.6', 'fp8', 301.7, 27325.9, (1792, 40960, 11), (83.0, 1904.4, 189.9, 924.3, 145.8), (650, 40960, 9), (28.3, 430.8, 39.1, 199.9, 32.3), (600, 40960, 8)),
+    Row('v5.1', 'llama2-70b', 'AMD', '8xMI325X_2xEPYC_9575F_1', 'MI325X', 8, 1, 'vllm@0.9', 'fp8', 301.0, 34520.4, (2700, 65536, 7), (109.0, 1755.3, 198.3, 883.9, 148.7), (1024, 40960, 9), None, (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'AMD', '8xMI325X_2xEPYC_9575F_2', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 300.9, 34555.0, (2700, 65536, 7), None, (1024, 40960, 9), (61.5, 334.0, 39.8, 117.9, 35.3), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'ASUSTeK', 'ESC_A8A_MI325X_256GBx8', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.1, 33987.4, (2700, 65536, 7), (107.0, 1752.9, 194.3, 872.6, 146.4), (1024, 40960, 9), (52.0, 303.7, 39.4, 111.1, 35.0), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'GigaComputing', '8xMI325X_2xEPYC_9575F', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.0, 34483.2, (2700, 65536, 7), (109.5, 1742.1, 193.7, 857.9, 144.6), (1024, 40960, 9), (63.0, 341.7, 39.6, 117.7, 34.9), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'MiTAC', '8xMI325X_2xEPYC_9755', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 300.9, 33703.0, (2700, 65536, 7), (108.0, 1733.8, 194.8, 868.4, 148.8), (1024, 40960, 9), (63.0, 343.9, 39.0, 118.5, 34.3), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'Quanta_Cloud_Technology', 'D75T-7U_8xMI325X', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 300.9, 32760.5, (2700, 65536, 7), (108.0, 1722.7, 191.7, 864.3, 144.5), (1024, 40960, 9), (59.0, 321.3, 39.6, 115.6, 35.1), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'Vultr', '8xMI325X_2xEPYC_9554', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.1, 33762.5, (2700, 65536, 7), (103.0, 1678.8, 135.7, 932.7, 113.3), (1024, 40960, 9), (59.0, 323.2, 38.9, 112.9, 34.6), (3840, 43008, 1)),
+    Row('v5.1', 'llama3.1-8b', 'Cisco', 'C845A_H200_NVLx8_TRT', 'H200-NVL', 8, 1, 'trtllm', 'fp8', 128.0, 50776.8, (2048, 1536), (300.0, 129.5, 16.5, 49.5, 13.4), (2048, 1536), None, None),
+    Row('v5.1', 'llama3.1-8b', 'HPE', 'HPE_Cray_XD670_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 128.0, 66036.8, (2048, 12000), (505.0, 371.1, 90.4, 177.7, 74.6), (2048, 12000), (415.0, 89.6, 29.0, 42.7, 24.0), (2048, 12000)),
+    Row('v5.1', 'llama3.1-8b', 'Quanta_Cloud_Technology', 'D74U-7U_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 128.0, 56917.3, (2048, 1536), (450.0, 362.7, 26.3, 111.4, 24.2), (2048, 1536), (420.0, 170.5, 26.2, 63.3, 22.7), (2048, 1536)),
+    Row('v5.1', 'llama3.1-8b', 'Quanta_Cloud_Technology', 'D75E-4U_H200-NVL-141GBx4_TRT', 'H200-NVL', 4, 1, 'trtllm', 'fp8', 128.0, 25180.8, (2048, 1536), (200.0, 1223.2, 30.2, 321.1, 28.7), (2048, 1536), (170.0, 146.4, 27.7, 53.5, 21.6), (2048, 1536)),
+    Row('v5.1', 'llama3.1-8b', 'RedHat', 'IBM_Cloud_gx3-48x240x2l40s_vLLM', 'L40S', 1, 1, 'vllm@0.10', 'bf16', 128.0, 1642.2, None, (9.3, 407.2, 97.1, 123.7, 48.3), None, None, None),
+    Row('v5.1', 'llama3.1-8b', 'RedHat', 'XE8640_4xH100_vLLM', 'H100-SXM', 1, 1, 'vllm@0.10', 'bf16', 128.0, 5777.1, None, (39.5, 1911.2, 25.1, 359.3, 23.1), None, None, None),
+]
+
+
+@cache
+def lengths(bench: str) -> tuple[np.ndarray, np.ndarray]:
+    with gzip.open(DATA / DATASETS[bench], "rt") as f:
+        table = np.loadtxt(f, delimiter=",", comments="#", skiprows=3, dtype=int)
+    return table[:, 0], table[:, 1]
+
+
+def workload(bench: str, tokens_per_sample: float) -> Workload:
+    """The benchmark's prompts; outputs shaped like the dataset's references, scaled to the run's mean (the
+    scaling is repeated once over the outputs the cap clipped, so the mean holds)."""
+    prompts, ref = lengths(bench)
+    cap = MAX_OUTPUT[bench]
+    if tokens_per_sample >= cap - 0.5:  # every answer ran to the cap (Llama-3.1-8B's 128-token summaries)
+        return Workload(prompts, np.full(len(prompts), cap), f"MLPerf {bench} lengths, {cap} output tokens each")
+    outputs = ref * tokens_per_sample / ref.mean()
+    for _ in range(3):
+        outputs = np.clip(outputs * tokens_per_sample / np.clip(outputs, 1, cap).mean(), 1, cap)
+    return Workload(prompts, np.round(outputs).astype(int), f"MLPerf {bench} lengths, {tokens_per_sample:g} "
+                                                             "output tokens per sample")
+
+
+def settings(cfg: tuple | None, engine: str) -> dict:
+    """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
+    chunked prefill (their configs say so)."""
+    if cfg is None:
+        return {}
+    knobs = {"max_num_seqs": cfg[0], "max_num_batched_tokens": cfg[1]}
+    if engine.startswith("vllm"):
+        knobs["chunked_prefill"] = False
+        if len(cfg) > 2:
+            knobs["scheduler_steps"] = cfg[2]
+    return knobs
+
+
+def _what(row: Row, scenario: str) -> str:
+    return (f"M: {MODELS[row.bench]} {row.dtype.upper()}, {row.gpus}x{row.gpu} as {row.replicas} x TP{row.tp}, "
+            f"{row.engine}, MLPerf {row.round} {scenario} ({row.submitter} {row.system})")
+
+
+def cases(rows: list[Row] | None = None) -> list:
+    """One case per row and scenario: Offline throughput; Server and Interactive latencies at the published
+    rate and the capacity within LoadGen's P99 bounds."""
+    out = []
+    for r in ROWS if rows is None else rows:
+        label = "M5" if r.round == HELD_OUT else "M4"
+        common = {"bench": r.bench, "tokens_per_sample": r.tokens_per_sample, "replicas": r.replicas}
+        where = {"round": r.round, "submitter": r.submitter, "system": r.system,
+                 "bench": r.bench.replace("llama2-70b", "llama2-70b-99")}
+        model, dtype = MODELS[r.bench], r.dtype
+        if r.offline_tok_s:
+            out.append(Case(label, _what(r, "Offline"), model, r.gpu, r.tp, r.engine, "offline", 0,
+                            {"output_throughput": r.offline_tok_s}, dtype, dtype, requests=OFFLINE_REQUESTS,
+                            knobs=settings(r.offline, r.engine), source=SOURCE.format(**where, scenario="Offline"),
+                            **common))
+        for scenario, figures, cfg in (("server", r.server, r.server_cfg),
+                                       ("interactive", r.interactive, r.interactive_cfg)):
+            if figures is None:
+                continue
+            rate, p99_ttft, p99_tpot, mean_ttft, mean_tpot = figures
+            published = {"capacity": rate, "p99_ttft_ms": p99_ttft, "p99_tpot_ms": p99_tpot,
+                         "mean_ttft_ms": mean_ttft, "mean_tpot_ms": mean_tpot}
+            out.append(Case(label, _what(r, scenario.title()), model, r.gpu, r.tp, r.engine, scenario, rate,
+                            published, dtype, dtype, requests=SERVER_REQUESTS, knobs=settings(cfg, r.engine),
+                            source=SOURCE.format(**where, scenario=scenario.title()), **common))
+    return out
+
+
+OFFLINE_REQUESTS, SERVER_REQUESTS = 6000, 2000
+
+
+def predict(case, setup) -> dict:
+    """The system's figures from one simulated replica (`setup`: its step model, engine and workload)."""
+    from llmbench.plan.search import at_rate, max_throughput, saturation
+
+    if case.mode == "offline":
+        return {"output_throughput": max_throughput(setup, case.requests)["output_throughput"] * case.replicas}
+    limits, rate = LIMITS[case.bench, case.mode], case.value / case.replicas
+    limit = saturation(setup)
+    point = at_rate(setup, rate)
+    return {k: point[k] for k in ("p99_ttft_ms", "p99_tpot_ms", "mean_ttft_ms", "mean_tpot_ms")} | {
+        "capacity": p99_capacity(setup, limits, rate, limit) * case.replicas, "utilization": rate / limit}
+
+
+def p99_capacity(setup, limits: tuple[float, float], guess: float, limit: float, steps: int = 5) -> float:
+    """LoadGen's verdict searched as submitters search it: the highest Poisson rate below the replica's
+    saturation `limit` whose P99 TTFT and P99 TPOT are both within `limits` (bisection from `guess`,
+    1/2**steps of the bracket)."""
+    from llmbench.plan.search import at_rate
+
+    def ok(rate: float) -> bool:
+        point = at_rate(setup, rate)
+        return rate < limit and point["p99_ttft_ms"] <= limits[0] and point["p99_tpot_ms"] <= limits[1]
+
+    low, high = min(guess, limit) / 2, min(guess * 1.5, limit)
+    while not ok(low) and low > guess / 64:
+        low, high = low / 2, low
+    while ok(high):
+        if high >= limit:
+            return limit
+        low, high = high, min(high * 1.5, limit)
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (mid, high) if ok(mid) else (low, mid)
+    return (low + high) / 2
