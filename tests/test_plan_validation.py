@@ -93,7 +93,7 @@ def _small_setup(max_num_seqs: int = 64) -> SimSetup:
     return SimSetup(roof, engine.shape(200_000), work, (0,), 400)
 
 
-def test_saturation_bounds_every_rate():
+def test_saturation_bounds_every_rate(tmp_path):
     """The full-batch throughput of a closed loop is the replica's saturation: its req/s count the warm-up's
     requests too, so req/s x output tokens is the tok/s; an open rate beyond it is said to grow without bound."""
     setup = _small_setup()
@@ -104,7 +104,7 @@ def test_saturation_bounds_every_rate():
     assert light["request_throughput"] < sat
     r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--input-len", "512",
                                   "--output-len", "128", "--max-num-seqs", "64", "--num-prompts", "200",
-                                  "--at-rate", f"{1.5 * sat:.1f}", "--no-search"])
+                                  "--at-rate", f"{1.5 * sat:.1f}", "--no-search", "--out", str(tmp_path / "p.json")])
     assert r.exit_code == 0, r.output
     assert "of the replica's saturation rate: past it the queue grows without bound" in r.output
 
