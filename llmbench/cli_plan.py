@@ -178,15 +178,15 @@ def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
     """Every published row put to the planner, predicted beside published: the tuning half (the sources the
     priors were chosen on) and the held-out half (never tuned on) printed apart, per kind of figure, against
     the signed bands plans are given. The MLPerf rows simulate P99-constrained capacities: minutes."""
-    from rich.console import Console
     from rich.progress import track
     from rich.table import Table
 
+    from llmbench.live import terminal
     from llmbench.plan import bands, held_out, mlperf
     from llmbench.plan.published import CASES, SOURCES, error_summary, inside, validate
 
     cases = [c for c in CASES + held_out.CASES + mlperf.cases() if not row or c.row in row]
-    console = Console()
+    console = terminal()  # wide when piped: a case and its band stay on one line
     rows = [r for case in track(cases, description="simulating", console=console, transient=True)
             for r in validate([case])]
     table = Table(title="llmbench plan validate — tuning sources (A-E, M4) and held-out sources (H, M5)")

@@ -20,6 +20,8 @@ def kind(metric: str) -> str:
     """throughput (tok/s, req/s, P99-constrained capacity), p99 (tail latencies), latency (medians and means),
     memory."""
     return KIND.get(metric, "p99" if metric.startswith("p99_") else "latency")
+
+
 # rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors; TensorRT-LLM's other rows (H, held_out.py)
 # and MLPerf v5.1 (M5, mlperf.py) were read only after, and never tuned on
 HELD_OUT = ("H", "M5")
