@@ -16,9 +16,9 @@ from llmbench.plan.search import SimSetup, at_concurrency, at_rate, saturation
 from llmbench.plan.workload import Workload
 
 TABLE = Path(__file__).parent / "data" / "plan_validation.json"  # `llmbench plan validate --json` of every row
-# rows recomputed by the test (every row: minutes): each fourth held-out TensorRT-LLM row, and one MLPerf v5.1
-# system per engine with Server and Interactive (TensorRT-LLM on H200 NVL, vLLM 0.9 on MI300X)
-RECOMPUTED = {("Quanta_Cloud_Technology", "D75E-4U_H200-NVL-141GBx4_TRT"), ("AMD", "8xMI300X_2xEPYC_9575F")}
+# rows recomputed by the test (every row: minutes): each eighth held-out TensorRT-LLM row, and one MLPerf v5.1
+# system with Offline, Server and Interactive figures (vLLM 0.9 on MI300X)
+RECOMPUTED = {("AMD", "8xMI300X_2xEPYC_9575F")}
 
 
 def test_mlperf_rows_are_split_by_round_with_enough_tails():
@@ -61,10 +61,10 @@ def test_the_stored_table_is_what_the_planner_says_now():
     """A sample of the stored rows simulated again gives the same figures: the table cannot drift from the
     code (regenerate it with `llmbench plan validate --json tests/data/plan_validation.json`)."""
     stored = {(r["case"], r["metric"]): r for r in json.loads(TABLE.read_text())}
-    sample = held_out.CASES[::4] + mlperf.cases([r for r in mlperf.ROWS if r.round == mlperf.HELD_OUT
+    sample = held_out.CASES[::8] + mlperf.cases([r for r in mlperf.ROWS if r.round == mlperf.HELD_OUT
                                                  and (r.submitter, r.system) in RECOMPUTED])
     rows = validate(sample)
-    assert len(rows) >= 25
+    assert len(rows) >= 15
     for r in rows:
         old = stored[r["case"], r["metric"]]
         assert r["predicted"] == pytest.approx(old["predicted"], rel=1e-6), r

@@ -380,14 +380,15 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
                           f"{point['request_throughput'] * fleet:.2f} req/s ({bands.text(rep.band['throughput'])}; every "
                           "request sent at once, drain tail included)")
         return
-    rate = search.capacity(setup, req.slo, start_rate)
+    saturated = search.saturation(setup)
+    rate = search.capacity(setup, req.slo, start_rate, limit=saturated)
     if rate <= 0:
         raise PlanError(f"the simulated engine cannot meet the SLO ({req.slo.describe()}) at any rate: even a lone "
                         "request takes longer (check the SLO against the step time)")
     b = rep.band["throughput"]
     low, high = bands.interval(rate, b)
     point = search.at_rate(setup, rate, req.slo)
-    sim = {"per_replica_rate": rate, "per_replica_rate_band": [low, high], "saturation_rate": search.saturation(setup),
+    sim = {"per_replica_rate": rate, "per_replica_rate_band": [low, high], "saturation_rate": saturated,
            "gpus_per_replica": rep.tp, "step_model": rep.how, "point": point,
            "client_overhead_s": setup.shape.client_overhead, "workload": setup.work.source,
            "mean_output_tokens": setup.work.mean_output}

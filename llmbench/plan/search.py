@@ -102,10 +102,10 @@ def meets(setup: SimSetup, rate: float, slo: SLO, seeds: tuple[int, ...] | None 
 
 
 def capacity(setup: SimSetup, slo: SLO, start: float, tolerance: float = 0.05,
-             seeds: tuple[int, ...] | None = None) -> float:
+             seeds: tuple[int, ...] | None = None, limit: float | None = None) -> float:
     """The highest Poisson rate whose requests meet the SLO at the required attainment (0 if none), below the
-    replica's saturation rate."""
-    limit = saturation(setup)
+    replica's saturation rate (`limit`, when the caller has it already)."""
+    limit = limit or saturation(setup)
     low, high = 0.0, min(max(start, 1e-3), limit)
     while high < limit and meets(setup, high, slo, seeds)[0]:
         low, high = high, min(high * 2, limit)
