@@ -1,38 +1,32 @@
 """`llmbench plan`: the answer for a workload, an engine and GPUs, each figure labelled and banded.
 
 Layers: measured (a sweep's own SLO capacity), simulated (a discrete-event simulation of the engine's
-scheduler driven by a step-time model: fitted on the bundled engine's steps, calibrated on any server's
-records, or a roofline with priors) and estimated (memory and the articles' formulas). Questions: GPUs for
---qps, capacity under the SLO, latencies --at-rate or at --concurrency, and --max-throughput.
+scheduler driven by a step-time model, replica.py) and estimated (memory and the articles' formulas).
+Questions (request.py): GPUs for --qps, capacity under the SLO, latencies --at-rate or at --concurrency, and
+--max-throughput.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from llmbench.plan import bands, engines, gpus, models, search
-from llmbench.plan.fit import fit_client_overhead, fit_steps
-from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
-from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
-from llmbench.plan.simulator import simulate
+from llmbench.plan import bands, gpus, search
+from llmbench.plan.replica import Replica, calibrated_replica, catalog_replica, fitted_replica
+from llmbench.plan.request import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    PlanError,
+    PlanRequest,
+    params_text,
+    replicas_for,
+)
 from llmbench.plan.workload import Workload
 from llmbench.slo import SLO, attainment_points, capacity, lower_rates
 
-
-class PlanError(ValueError):
-    """A plan that cannot be made; the message carries the numbers behind it."""
-
-
-DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "H100-SXM"
-
-
-def params_text(count: float) -> str:
-    """8.0 B, 39 M: a bundled model is not "0.0 B"."""
-    return f"{count / 1e9:.1f} B" if count >= 1e9 else f"{count / 1e6:.0f} M"
+__all__ = ["PlanError", "PlanRequest", "Replica", "catalog_replica", "make_plan", "measured_capacity",
+           "params_text", "replicas_for"]
 
 
 def _what_is_planned(req: PlanRequest, folder: Path | None, fitted: bool) -> tuple[PlanRequest, list[str]]:
@@ -75,56 +69,6 @@ def _served_config(folder: Path) -> str | None:
     return None
 
 
-@dataclass
-class PlanRequest:
-    slo: SLO
-    workload: Workload | None = None  # None: the --results folder's requests
-    qps: float | None = None
-    concurrency: int | None = None
-    max_throughput: bool = False
-    at_rate: float | None = None
-    results: Path | None = None
-    gpu: str | None = None  # None: DEFAULT_GPU without --results; with them, the sweep must say (or be fitted)
-    gpu_spec: Path | None = None
-    measured_gpu: str | None = None  # where the --results sweep ran, when it is not --gpu
-    measured_tp: int | None = None
-    model: str | None = None  # None: DEFAULT_MODEL, or the served model's config.json beside --results
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-    engine: str = "vllm"
-    knobs: dict = field(default_factory=dict)  # EngineProfile fields the user set
-    burst_headroom: float = 0.2
-    spares: int = 1
-    gpus_per_replica: int | None = None
-    gpus: int | None = None  # the whole fleet, for --at-rate/--concurrency/--max-throughput
-    price_per_hour: float | None = None
-    prefix_hit_rate: float = 0.0
-    search_knobs: bool = True
-    seeds: tuple[int, ...] = (0, 1, 2)
-    requests_per_sim: int = 600
-    num_requests: int | None = None  # --num-prompts: the run asked about has exactly this many requests
-    concurrency_under: bool = False  # --max-concurrency-under: the highest concurrency within `slo`
-    disaggregated: bool = False  # compare prefill/decode pools with colocated serving (goodput per GPU)
-
-    @property
-    def mode(self) -> str:
-        if self.concurrency_under:
-            return "max-concurrency"
-        if self.at_rate is not None:
-            return "at-rate"
-        if self.concurrency is not None:
-            return "concurrency"
-        if self.max_throughput:
-            return "max-throughput"
-        return "qps" if self.qps is not None else "capacity"
-
-
-def replicas_for(qps: float, per_replica: float, headroom: float, spares: int) -> int:
-    if per_replica <= 0:
-        raise PlanError("the per-replica rate is zero: nothing meets the SLO")
-    return int(math.ceil(qps * (1 + headroom) / per_replica)) + spares
-
-
 # -- layer 1: measured --------------------------------------------------------------------------------
 def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
     """Per finite measured rate: attainment of the SLO and the figures the plan quotes; and the records."""
@@ -163,129 +107,6 @@ def measured_capacity(folder: Path, slo: SLO) -> dict:
             f"P99 TPOT {low['p99_tpot_ms']:.1f} ms). Measure lower rates (--rate {lower_rates(low['rate'])}) "
             "or relax the SLO.")
     return out
-
-
-# -- the simulated replica ----------------------------------------------------------------------------
-@dataclass
-class Replica:
-    """What the simulation runs: a step model, the engine shape, and how much to trust them."""
-
-    setup: search.SimSetup
-    tp: int
-    how: str  # how the step model was obtained
-    label: str  # "simulated (fitted)", "simulated (calibrated)", "simulated (priors)"
-    band: dict  # by kind (throughput, latency, p99, memory): signed (low, high) or a fit's symmetric width
-    memory: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    kv_tokens: Callable[[int, int], int] | None = None  # KV pool for --max-num-seqs and --max-num-batched-tokens
-
-
-def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
-    try:
-        gpu = gpus.gpu_from_spec(req.gpu_spec) if req.gpu_spec else gpus.gpu(req.gpu)
-        model = models.model(req.model)
-        max_len = req.knobs.get("max_model_len") or min(model.max_positions, max(work.max_tokens, 1))
-        engine = engines.profile(req.engine, gpu, max_len).with_knobs(
-            **{k: v for k, v in req.knobs.items() if k != "max_model_len"})
-    except KeyError as err:
-        raise PlanError(str(err.args[0])) from None
-    if work.max_tokens > max_len:
-        raise PlanError(f"the workload has requests of {work.max_tokens} tokens, over --max-model-len {max_len}")
-    kw = {"weight_dtype": req.weight_dtype, "kv_dtype": req.kv_dtype, "engine": engine}
-    if req.gpus_per_replica:
-        mem = plan_memory(model, gpu, req.gpus_per_replica, **kw)
-        if not mem.fits or mem.kv_tokens < max_len:
-            raise PlanError(describe_misfit(model, gpu, max_len, tp=req.gpus_per_replica, **kw))
-    else:
-        mem = smallest_tp(model, gpu, max_len, **kw)
-        if mem is None:
-            raise PlanError(describe_misfit(model, gpu, max_len, **kw))
-    roof = RooflineModel(model, gpu, mem.tp, req.weight_dtype, req.kv_dtype, engine)
-    shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate)
-    memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
-              "activation_gib_per_gpu": mem.activation_per_gpu / GiB, "other_gib_per_gpu": mem.other_per_gpu / GiB,
-              "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
-              "kv_capacity_tokens": mem.kv_tokens, "max_model_len": max_len,
-              "concurrent_requests_at_mean_length": mem.kv_tokens / (work.mean_prompt + work.mean_output)}
-    how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active) on "
-           f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
-           f"MFU {roof.efficiency.mfu:.2f} / MBU {roof.efficiency.mbu:.2f} ({roof.efficiency.source})")
-    setup = search.SimSetup(roof, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
-                            req.num_requests is not None)
-    cls = bands.setup_class(model, mem.tp)
-    band_note = f"bands: the planner's signed errors on held-out published {cls} results (`llmbench plan validate`)"
-
-    def kv_tokens(seqs: int, budget: int) -> int:
-        grid_engine = engine.with_knobs(max_num_seqs=seqs, max_num_batched_tokens=budget)
-        return plan_memory(model, gpu, mem.tp, **kw | {"engine": grid_engine}).kv_tokens
-
-    notes = [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls]))),
-             "tail terms: per-operator roofline (a large batch's KV read adds to its compute-bound GEMMs); "
-             "saturation (no rate at or past the full-batch throughput: its queue grows without bound); latencies "
-             "at 80 % of saturation or more take the near-saturation band"]
-    if engine.defaults:
-        given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
-        notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
-    return Replica(setup, mem.tp, how, "simulated (priors)", bands.for_setup(model, mem.tp), memory, notes,
-                   kv_tokens)
-
-
-def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
-    """The roofline calibrated on the --results sweep of any server (run on --measured-gpu at --measured-tp,
-    by default the GPU and TP asked about), then applied to the GPU and TP asked about."""
-    from llmbench.plan.calibrate import calibrate
-
-    measured_req = replace(req, gpu=req.measured_gpu or req.gpu, gpu_spec=None if req.measured_gpu else req.gpu_spec,
-                           gpus_per_replica=req.measured_tp or req.gpus_per_replica)
-    measured = catalog_replica(measured_req, work)
-    rep = catalog_replica(req, work) if (req.measured_gpu or req.measured_tp) else measured
-    try:
-        cal = calibrate(req.results, measured.setup.model, measured.setup.shape)
-    except ValueError as err:
-        rep.notes.append(f"not calibrated: {err}")
-        return rep
-    model = cal.apply(rep.setup.model)
-    shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
-    rep.setup = replace(rep.setup, model=model, shape=shape)
-    on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"
-    rep.how += f"; {cal.describe()} on {on}"
-    rep.label = "simulated (calibrated)"
-    if cal.far:
-        rep.notes.append(f"the sweep's server took x{cal.scale:.3g} the GPU time the priors give {on}: far from "
-                         "that device, so its memory, bandwidth and KV figures are unlikely to be the measured "
-                         "server's (describe the device with --gpu-spec, or --measured-gpu)")
-    rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
-                     f"priors) and the per-request overhead ({cal.request_overhead * 1000:.1f} ms); memory, KV capacity, "
-                     "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
-    return rep
-
-
-def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | None:
-    """The bundled engine's own step statistics, fitted; None when the folder has none."""
-    from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
-
-    steps = load_engine_steps(folder)
-    if len(steps) < 10:
-        return None
-    step_model = fit_steps(steps)
-    config = (load_metadata(folder).get("target", {}).get("version") or {}).get("config") or {}
-    kv_tokens = config.get("num_kv_blocks", 10**6) * config.get("block_size", 16)
-    shape = EngineShape(req.knobs.get("max_num_seqs") or config.get("max_num_seqs", 256),
-                        req.knobs.get("max_num_batched_tokens") or config.get("max_num_batched_tokens", 2048),
-                        kv_tokens, config.get("block_size", 16), req.prefix_hit_rate)
-    first = load_results(folder)[0]
-    ok = load_records(folder, first["label"])
-    ok = ok[ok["success"]]
-    if not ok.empty:
-        res = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
-                       step_model, shape)
-        shape = replace(shape, client_overhead=fit_client_overhead(ok["ttft"].to_numpy(), res.ttft))
-    rel = max(step_model.rel_error, 0.05)
-    setup = search.SimSetup(step_model, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
-                            req.num_requests is not None)
-    return Replica(setup, req.gpus_per_replica or 1, f"fitted on {len(steps)} engine steps (median error {rel:.1%})",
-                   "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "p99": 2 * rel, "memory": 0.0},
-                   {"kv_capacity_tokens": kv_tokens})
 
 
 # -- answers ------------------------------------------------------------------------------------------
