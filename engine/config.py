@@ -92,9 +92,11 @@ class EngineConfig:
     quantization_kernel: Literal["auto", "packed", "dense"] = setting(
         "auto", "auto: time torch's packed int kernels against dequantized fp matmul at load, keep the faster.")
     cpu_linear: Literal["auto", "torch", "onednn"] = setting(
-        "auto", "auto: fp32 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
+        "auto", "auto: fp32/bf16 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
     cpu_attention: Literal["auto", "sdpa", "cpp"] = setting(
         "auto", "CPU decode attention: the C++ paged kernel (built on first use) or gather + SDPA.")
+    cpu_layers: Literal["auto", "torch", "cpp"] = setting(
+        "auto", "CPU RMSNorm, rotary and SiLU * up: one C++ pass each (built on first use) or torch's ops.")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = setting("auto", "fp8: e4m3, twice the "
                                                                                      "tokens of a 16-bit pool.")
     k_scale_constant: float = setting(200.0, "fp8 KV without checkpoint scales: k_scale = amax|k| / this, on the "

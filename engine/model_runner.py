@@ -10,7 +10,7 @@ import torch
 
 from engine.config import CPU_KV_AUTO_BYTES, EngineConfig
 from engine.layers import cpu_dtype
-from engine.layers.onednn_linear import pack_model
+from engine.layers.onednn_linear import PACKED_DTYPES, pack_model
 from engine.loader import CheckpointError, ModelConfig, load_weights
 from engine.models.llama import LlamaForCausalLM
 from engine.quant import apply as quantization
@@ -70,11 +70,12 @@ class ModelRunner:
         self.quant = quantization.apply(self.model, method, config.quantization_group_size, qtensors, self.dtype,
                                         self.device, folder, config.quantization_kernel) if method else None
         self.linear_path = "F.linear"
-        if self.device.type == "cpu" and self.dtype == torch.float32 and config.cpu_linear != "torch":
+        if self.device.type == "cpu" and self.dtype in PACKED_DTYPES and config.cpu_linear != "torch":
             with torch.inference_mode():
                 self.linear_path = pack_model(self.model, force=config.cpu_linear == "onednn")
             log.info("linear layers: %s", self.linear_path)
         self.cpp_decode, self.decode_attention = self._decode_attention(config.cpu_attention, model_cfg.head_dim)
+        self.layer_kernels = self._layer_kernels(config.cpu_layers)
         self.kv_dtype = KV_DTYPES.get(config.kv_cache_dtype, self.dtype)
         for attn in self.model.attention_layers():
             attn.k_scale, attn.v_scale = attn.k_scale.float(), attn.v_scale.float()
@@ -123,15 +124,30 @@ class ModelRunner:
             return False, self.backend
         if choice == "sdpa":
             return False, "gather + SDPA"
-        from engine.kernels import cpu_decode
+        from engine.kernels import cpu_kernels
 
-        if head_dim % cpu_decode.WIDTH == 0 and cpu_decode.available():
-            return True, cpu_decode.status()
-        why = f"head_dim {head_dim} is not a multiple of {cpu_decode.WIDTH}" if head_dim % cpu_decode.WIDTH \
-            else cpu_decode.status()
+        if head_dim % cpu_kernels.WIDTH == 0 and cpu_kernels.available():
+            return True, cpu_kernels.status()
+        why = f"head_dim {head_dim} is not a multiple of {cpu_kernels.WIDTH}" if head_dim % cpu_kernels.WIDTH \
+            else cpu_kernels.status()
         if choice == "cpp":
             raise RuntimeError(f"cpu_attention='cpp' cannot be used: {why}")
         return False, f"gather + SDPA ({why})"
+
+    def _layer_kernels(self, choice: str) -> str:
+        """Whether RMSNorm, rotary and SiLU * up run as the C++ kernels (CPU only), and what /version reports."""
+        if self.device.type != "cpu" or choice == "torch":
+            return "torch"
+        from engine.kernels import cpu_kernels
+
+        if not cpu_kernels.available():
+            if choice == "cpp":
+                raise RuntimeError(f"cpu_layers='cpp' cannot be used: {cpu_kernels.status()}")
+            return f"torch ({cpu_kernels.status()})"
+        for module in self.model.modules():
+            if hasattr(module, "cpu_kernel"):
+                module.cpu_kernel = True
+        return "C++ RMSNorm, rotary, SiLU * up"
 
     @property
     def block_bytes(self) -> int:

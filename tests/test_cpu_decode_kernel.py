@@ -13,12 +13,12 @@ import torch
 
 from engine.attention import torch_backend
 from engine.config import SamplingParams
-from engine.kernels import cpu_decode
+from engine.kernels import cpu_kernels
 from engine.llm import LLM
 from tests.kernel_cases import FP8, make_batch
 
 # the fallback and huge-page tests run everywhere; these need the kernel built
-needs_kernel = pytest.mark.skipif(not cpu_decode.available(), reason=f"C++ kernel not built: {cpu_decode.status()}")
+needs_kernel = pytest.mark.skipif(not cpu_kernels.available(), reason=f"C++ kernel not built: {cpu_kernels.status()}")
 
 DECODES = [(95, 1), (40, 1), (130, 1), (15, 1), (0, 1), (16, 1), (31, 1), (200, 1)]  # block edges, 1 token
 
@@ -40,7 +40,7 @@ def test_matches_sdpa(heads, kv_heads, dim):
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
     strided = q.transpose(0, 1).contiguous().transpose(0, 1)  # as the model hands it over: a view of qkv
     assert not strided.is_contiguous()
-    assert torch.equal(cpu_decode.paged_decode(strided, kc, vc, meta.block_tables, meta.seq_lens, 0.25), out)
+    assert torch.equal(cpu_kernels.paged_decode(strided, kc, vc, meta.block_tables, meta.seq_lens, 0.25), out)
 
 
 @needs_kernel
@@ -90,16 +90,16 @@ def test_reads_only_through_the_block_table():
 def test_bad_input_is_refused():
     q, k, v, kc, vc, meta = make_batch(DECODES[:2], 4, 2, 24, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match="multiple of 16"):
-        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables, meta.seq_lens, 0.1)
+        cpu_kernels.paged_decode(q[:2], kc, vc, meta.block_tables, meta.seq_lens, 0.1)
     q, k, v, kc, vc, meta = make_batch(DECODES[:2], 4, 2, 16, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match="one block table"):
-        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables[:1], meta.seq_lens, 0.1)
+        cpu_kernels.paged_decode(q[:2], kc, vc, meta.block_tables[:1], meta.seq_lens, 0.1)
     with pytest.raises(RuntimeError, match="outside the pool"):
-        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables + kc.shape[0], meta.seq_lens, 0.1)
+        cpu_kernels.paged_decode(q[:2], kc, vc, meta.block_tables + kc.shape[0], meta.seq_lens, 0.1)
     with pytest.raises(RuntimeError, match="needs 1 to"):
-        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables, meta.seq_lens * 0, 0.1)
+        cpu_kernels.paged_decode(q[:2], kc, vc, meta.block_tables, meta.seq_lens * 0, 0.1)
     with pytest.raises(RuntimeError, match="needs 1 to"):
-        cpu_decode.paged_decode(q[:2], kc, vc, meta.block_tables[:, :1], meta.seq_lens + 100, 0.1)
+        cpu_kernels.paged_decode(q[:2], kc, vc, meta.block_tables[:, :1], meta.seq_lens + 100, 0.1)
 
 
 @needs_kernel
@@ -160,16 +160,16 @@ def test_a_lock_left_by_a_killed_build_is_cleared(tmp_path, monkeypatch):
     The build starts from this machine's compiled object (ninja then only links), so it takes seconds."""
     import shutil
 
-    built = cpu_decode.build_directory()
+    built = cpu_kernels.build_directory()
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    build = cpu_decode.build_directory()
+    build = cpu_kernels.build_directory()
     shutil.copytree(built, build, ignore=shutil.ignore_patterns("*.so", "lock"))
     lock = build / "lock"
     lock.touch()
-    old = time.time() - 2 * cpu_decode.STALE_LOCK_SECONDS
+    old = time.time() - 2 * cpu_kernels.STALE_LOCK_SECONDS
     os.utime(lock, (old, old))
-    code = "from engine.kernels import cpu_decode as c; print(c.available(), c.status())"
+    code = "from engine.kernels import cpu_kernels as c; print(c.available(), c.status())"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.stdout.startswith("True"), proc.stdout + proc.stderr[-2000:]
-    assert (cpu_decode.build_directory() / f"{cpu_decode.build_directory().name}.so").exists()
+    assert (cpu_kernels.build_directory() / f"{cpu_kernels.build_directory().name}.so").exists()

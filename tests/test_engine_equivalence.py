@@ -93,3 +93,19 @@ def test_onednn_linears_match_f_linear(tiny_model):
     _, b = score(packed, windows)
     for x, y in zip(a, b, strict=True):
         assert torch.allclose(x, y, rtol=1e-4, atol=1e-4 * float(x.abs().max()))
+
+
+def test_onednn_bf16_linears_match_f_linear(tiny_model):
+    """bf16 weights packed for oneDNN (AMX where the CPU has it) give what F.linear gives in bf16."""
+    from engine.quant.perplexity import score
+
+    plain = LLM(tiny_model, kv_cache_memory=8 * 2**20, cpu_linear="torch", dtype="bfloat16")
+    packed = LLM(tiny_model, kv_cache_memory=8 * 2**20, cpu_linear="onednn", dtype="bfloat16")
+    if not packed.runner.linear_path.startswith("oneDNN"):
+        pytest.skip(f"oneDNN cannot pack bf16 here: {packed.runner.linear_path}")
+    assert "bfloat16" in packed.runner.linear_path and plain.runner.linear_path == "F.linear"
+    windows = [p for p in PROMPTS if len(p) > 40][:4]
+    _, a = score(plain, windows)
+    _, b = score(packed, windows)
+    for x, y in zip(a, b, strict=True):
+        assert (x - y).abs().max() < 0.05 * float(x.abs().max())

@@ -1,6 +1,6 @@
 """The CPU attention backend: gather pages, then scaled_dot_product_attention.
 
-Decodes go through the C++ paged kernel (`engine.kernels.cpu_decode`) when it is built, and otherwise are
+Decodes go through the C++ paged kernel (`engine.kernels.cpu_kernels`) when it is built, and otherwise are
 batched into SDPA calls over padded contexts; a prefill chunk with no cached context attends to its own
 fresh K/V, and one continuing after cached context gathers that context first. The gather + SDPA path is
 also the oracle the Triton and C++ kernels are tested against.
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.metadata import AttentionMetadata
-from engine.kernels.cpu_decode import paged_decode
+from engine.kernels.cpu_kernels import paged_decode
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 

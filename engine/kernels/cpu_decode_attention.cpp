@@ -155,29 +155,35 @@ void attend_sequence(const float* q, const T* k_cache, const T* v_cache, const i
     for (int64_t d = 0; d < dim; ++d) out[hq * dim + d] *= norm[hq];
 }
 
-template <typename T>
-void decode(const float* q, const T* k_cache, const T* v_cache, const int32_t* tables, const int32_t* lens,
-            float* out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size,
-            int64_t table_width, float v_scale) {
+// q is scaled and widened to fp32 per sequence, and the output rounded to q's dtype at the end, inside the task.
+template <typename T, typename Q>
+void decode(const Q* q, int64_t q_token, int64_t q_head, const T* k_cache, const T* v_cache, const int32_t* tables,
+            const int32_t* lens, Q* out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t dim,
+            int64_t block_size, int64_t table_width, float scale, float v_scale) {
   // Contexts differ by 100x in a ShareGPT batch: hand out sequences one at a time, not in equal slices.
 #pragma omp parallel num_threads(at::get_num_threads())
   {
-    std::vector<float> scores;
+    std::vector<float> scores, qf(heads * dim), of(heads * dim);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < dim; ++d) qf[h * dim + d] = static_cast<float>(q[b * q_token + h * q_head + d]) * scale;
       scores.resize(heads * lens[b]);
-      attend_sequence<T>(q + b * heads * dim, k_cache, v_cache, tables + b * table_width, lens[b], block_size,
-                         heads, kv_heads, dim, v_scale, scores.data(), out + b * heads * dim);
+      attend_sequence<T>(qf.data(), k_cache, v_cache, tables + b * table_width, lens[b], block_size, heads, kv_heads,
+                         dim, v_scale, scores.data(), of.data());
+      for (int64_t i = 0; i < heads * dim; ++i) out[b * heads * dim + i] = static_cast<Q>(of[i]);
     }
   }
 }
 
-// q: [B, H, D] float32, any strides; k_cache, v_cache: [num_blocks, block_size, KVH, D]; block_tables: [B, W] int32;
-// seq_lens: [B] int32 (>= 1). Returns [B, H, D] float32. An fp8 cache holds K/k_scale and V/v_scale: the
+// q: [B, H, D] float32, bfloat16 or float16, unit stride along D; k_cache, v_cache: [num_blocks, block_size, KVH, D]; block_tables: [B, W] int32;
+// seq_lens: [B] int32 (>= 1). Returns [B, H, D] in q's dtype. An fp8 cache holds K/k_scale and V/v_scale: the
 // caller folds k_scale into `scale`, and v_scale multiplies the output.
 at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                         const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale, double v_scale) {
-  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat, "q: float32 [B, H, D]");
+  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1 &&
+                  (q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf),
+              "q: float32, bfloat16 or float16 [B, H, D], unit stride along D");
   TORCH_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   k_cache.scalar_type() == v_cache.scalar_type() && k_cache.sizes() == v_cache.sizes(),
               "k_cache/v_cache: contiguous [num_blocks, block_size, KVH, D] of one dtype");
@@ -199,13 +205,15 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
       TORCH_CHECK(tables[b * width + i] >= 0 && tables[b * width + i] < pool, "sequence ", b, ": block id ",
                   tables[b * width + i], " outside the pool of ", pool);
   }
-  const auto qs = (q * scale).contiguous();  // the scaled copy is the contiguous one the kernel reads
   auto out = at::empty({batch, heads, dim}, q.options());
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    decode<T>(qs.data_ptr<float>(), static_cast<const T*>(k_cache.const_data_ptr()),
-              static_cast<const T*>(v_cache.const_data_ptr()), tables, lens, out.data_ptr<float>(), batch, heads, kv_heads, dim, block_size, width,
-              static_cast<float>(v_scale));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode", [&] {
+      decode<T, scalar_t>(q.const_data_ptr<scalar_t>(), q.stride(0), q.stride(1),
+                          static_cast<const T*>(k_cache.const_data_ptr()), static_cast<const T*>(v_cache.const_data_ptr()),
+                          tables, lens, out.data_ptr<scalar_t>(), batch, heads, kv_heads, dim, block_size, width,
+                          static_cast<float>(scale), static_cast<float>(v_scale));
+    });
   };
   switch (k_cache.scalar_type()) {
     case at::kFloat: run(float{}); break;

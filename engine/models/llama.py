@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention.metadata import AttentionMetadata
+from engine.kernels import cpu_kernels
 from engine.layers.attention import Attention
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
@@ -39,8 +40,11 @@ class LlamaMLP(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.cpu_kernel = False  # set by the model runner where engine.kernels.cpu_kernels is built
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cpu_kernel:
+            return self.down_proj(cpu_kernels.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate).mul_(up))
 

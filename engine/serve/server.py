@@ -227,7 +227,8 @@ async def version(request: web.Request) -> web.Response:
                                    "quantization_info": asdict(llm.runner.quant) if llm.runner.quant else None,
                                    "weight_bytes": llm.runner.weight_bytes(),
                                    "linear_path": llm.runner.linear_path,
-                                   "decode_attention": llm.runner.decode_attention}
+                                   "decode_attention": llm.runner.decode_attention,
+                                   "layer_kernels": llm.runner.layer_kernels}
     return web.json_response({"version": engine.__version__, "engine": "llmbench-engine",
                               "model": str(llm.model_path), "config": config})
 

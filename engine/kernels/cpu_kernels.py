@@ -1,10 +1,12 @@
-"""The C++ paged decode attention for the CPU (`cpu_decode_attention.cpp`), built on first use.
+"""The engine's C++ kernels for the CPU, one library built on first use: the paged decode attention
+(`cpu_decode_attention.cpp`) and a Llama block's elementwise layers (`cpu_layers.cpp`).
 
 Gathering pages into a padded tensor and calling SDPA reads every cached K/V row three times (gather,
 write, SDPA) and pads to the longest context; the C++ kernel reads each row once, in place, which is what
-vLLM's CPU backend does too. It is compiled with the machine's C++ compiler through
-`torch.utils.cpp_extension` (kept under `$TORCH_EXTENSIONS_DIR`, by default `~/.cache/torch_extensions`);
-where that fails the engine keeps the gather + SDPA path and says why.
+vLLM's CPU backend does too, as it also fuses RMSNorm, rotary and SiLU * up into one pass each. The library is
+compiled with the machine's C++ compiler through `torch.utils.cpp_extension` (kept under
+`$TORCH_EXTENSIONS_DIR`, by default `~/.cache/torch_extensions`); where that fails the engine keeps the torch
+path (gather + SDPA, torch's elementwise ops) and says why.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("cpu_decode_attention.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp")]
 WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
 _STATE: dict[str, str | bool] = {}
 # -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)
@@ -43,7 +45,7 @@ def available() -> bool:
 def build_directory() -> Path:
     """Where this source, built with these flags for this torch and Python, lives."""
     built_for = f"{CFLAGS} torch {torch.__version__} python {sys.version_info[:2]}"
-    digest = hashlib.sha1(SOURCE.read_bytes() + built_for.encode()).hexdigest()[:12]
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in SOURCES) + built_for.encode()).hexdigest()[:12]
     name = f"llmbench_cpu_attention_{torch.backends.cpu.get_cpu_capability().lower()}_{digest}"
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions") / name
 
@@ -68,7 +70,7 @@ def _load() -> None:
         lock.unlink(missing_ok=True)
     if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-    cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+    cpp_extension.load(name=name, sources=[str(p) for p in SOURCES], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
                        build_directory=str(build), is_python_module=False, verbose=False)
 
 
@@ -79,6 +81,20 @@ def status() -> str:
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, scale: float, v_scale: float = 1.0) -> torch.Tensor:
     """q [B, H, D] -> [B, H, D] in q's dtype, attending to seq_lens[b] cached tokens through block_tables[b]."""
-    out = torch.ops.llmbench_cpu.paged_decode(q.float(), k_cache, v_cache, block_tables.int().contiguous(),
-                                              seq_lens.int().contiguous(), scale, v_scale)
-    return out.to(q.dtype)
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    return torch.ops.llmbench_cpu.paged_decode(q, k_cache, v_cache, block_tables.int().contiguous(),
+                                               seq_lens.int().contiguous(), scale, v_scale)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.ops.llmbench_cpu.rms_norm(x, weight, eps)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[..., 2I] (gate then up) -> silu(gate) * up [..., I]."""
+    return torch.ops.llmbench_cpu.silu_and_mul(gate_up)
+
+
+def rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Rotate q [T, H, D] and k [T, KVH, D] in place (views of the qkv output are fine)."""
+    torch.ops.llmbench_cpu.rotary_(q, k, positions, cos, sin)
