@@ -173,3 +173,18 @@ def test_a_lock_left_by_a_killed_build_is_cleared(tmp_path, monkeypatch):
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.stdout.startswith("True"), proc.stdout + proc.stderr[-2000:]
     assert (cpu_kernels.build_directory() / f"{cpu_kernels.build_directory().name}.so").exists()
+
+
+@pytest.mark.skipif(not cpu_kernels.has_amx(), reason="this CPU or build has no AMX-BF16 tiles")
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 2, 64), (14, 2, 64), (32, 4, 128), (16, 1, 32), (4, 4, 64)])
+def test_amx_scores_match_the_vector_path(heads, kv_heads, dim):
+    """bf16 q and cache: AMX tile products give the vector path's attention within bf16 rounding, at block
+    edges and for 1 to 16 query heads per KV head."""
+    q, k, v, kc, vc, meta = make_batch(DECODES, heads, kv_heads, dim, torch.bfloat16, seed=heads * dim, num_blocks=48)
+    torch_backend.store_kv(k, v, kc, vc, meta.slot_mapping)
+    args = (q, kc, vc, meta.block_tables, meta.seq_lens, dim**-0.5)
+    tiles, vector = cpu_kernels.paged_decode(*args, amx=True), cpu_kernels.paged_decode(*args, amx=False)
+    assert tiles.dtype == torch.bfloat16
+    assert torch.allclose(tiles.float(), vector.float(), atol=2e-2, rtol=2e-2), (tiles.float() - vector.float()).abs().max()
+    ref = torch_backend.attend(q, k, v, kc, vc, meta, dim**-0.5)
+    assert torch.allclose(tiles.float(), ref.float(), atol=2e-2, rtol=2e-2)

@@ -14,7 +14,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace {
 
@@ -116,23 +123,30 @@ inline void for_head_groups(int64_t kv_heads, int64_t group, F&& f) {
   }
 }
 
-// All heads of one sequence: each block (every KV head's rows, contiguous) is read once for K and once for V.
+// The K pass of one sequence: scores[hq * len + t] = q[hq] . k[t] (q pre-scaled), each block read once for
+// all its KV heads.
 template <typename T>
-void attend_sequence(const float* q, const T* k_cache, const T* v_cache, const int32_t* table, int64_t len,
-                     int64_t block_size, int64_t heads, int64_t kv_heads, int64_t dim, float v_scale, float* scores,
-                     float* out) {
+void score_sequence(const float* q, const T* k_cache, const int32_t* table, int64_t len, int64_t block_size,
+                    int64_t heads, int64_t kv_heads, int64_t dim, float* scores) {
   const int64_t group = heads / kv_heads, row = kv_heads * dim, block = block_size * row;
   const int64_t num_blocks = (len + block_size - 1) / block_size;
-  auto tokens = [&](int64_t i) { return std::min(block_size, len - i * block_size); };
   for (int64_t i = 0; i < num_blocks; ++i) {
     const T* next = i + 1 < num_blocks ? k_cache + int64_t(table[i + 1]) * block : nullptr;
     const T* kb = k_cache + int64_t(table[i]) * block;
-    const int64_t n = tokens(i);
+    const int64_t n = std::min(block_size, len - i * block_size);
     for_head_groups(kv_heads, group, [&]<int NG>(int64_t first, int64_t h) {
       score_block<NG>(q + first * dim, kb + h * dim, n, row, dim, scores + first * len + i * block_size, len,
                       next ? next + h * dim : nullptr);
     });
   }
+}
+
+// Softmax over each head's scores, then the V pass: out[hq] = sum_t p[hq, t] v[t] * v_scale.
+template <typename T>
+void weigh_values(const T* v_cache, const int32_t* table, int64_t len, int64_t block_size, int64_t heads,
+                  int64_t kv_heads, int64_t dim, float v_scale, float* scores, float* out) {
+  const int64_t group = heads / kv_heads, row = kv_heads * dim, block = block_size * row;
+  const int64_t num_blocks = (len + block_size - 1) / block_size;
   std::vector<float> norm(heads);
   for (int64_t hq = 0; hq < heads; ++hq) {
     float* s = scores + hq * len;
@@ -145,7 +159,7 @@ void attend_sequence(const float* q, const T* k_cache, const T* v_cache, const i
   for (int64_t i = 0; i < num_blocks; ++i) {
     const T* next = i + 1 < num_blocks ? v_cache + int64_t(table[i + 1]) * block : nullptr;
     const T* vb = v_cache + int64_t(table[i]) * block;
-    const int64_t n = tokens(i);
+    const int64_t n = std::min(block_size, len - i * block_size);
     for_head_groups(kv_heads, group, [&]<int NG>(int64_t first, int64_t h) {
       accumulate_block<NG>(scores + first * len + i * block_size, vb + h * dim, n, row, dim, len, out + first * dim,
                           next ? next + h * dim : nullptr);
@@ -155,24 +169,111 @@ void attend_sequence(const float* q, const T* k_cache, const T* v_cache, const i
     for (int64_t d = 0; d < dim; ++d) out[hq * dim + d] *= norm[hq];
 }
 
-// q is scaled and widened to fp32 per sequence, and the output rounded to q's dtype at the end, inside the task.
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// AMX (Sapphire Rapids and later, where the compiler targets it): the K pass of a bf16 cache as tile products.
+// For 16 tokens and one KV head, scores[16 x G] = K[16 x 32 dims] . Q^T[32 dims x G] is one tdpbf16ps per 32
+// dims: K's rows load as they lie in the block (a row stride apart), and Q, fixed for the sequence, is packed
+// once in the pairs layout the instruction wants. The vector path spends a horizontal sum per token and head,
+// which left a bf16 decode no faster than an fp32 one.
+constexpr bool kHaveAmx = true;
+
+bool amx_usable() {  // Linux hands out the tile state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// tmm0: scores of 16 tokens x G heads (fp32); tmm1: 16 K rows x 32 dims; tmm2: 32 dims of G query heads, in pairs.
+void amx_configure(int64_t group) {
+  TileConfig cfg;
+  cfg.rows[0] = cfg.rows[1] = cfg.rows[2] = 16;
+  cfg.colsb[0] = cfg.colsb[2] = static_cast<uint16_t>(group * 4);
+  cfg.colsb[1] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+// pack[((h * D/32 + c) * 16 + r) * G + g][e] = q[h * G + g][c * 32 + 2r + e], as bf16 bits.
+void amx_pack_q(const c10::BFloat16* q, int64_t q_head, int64_t heads, int64_t kv_heads, int64_t dim, uint16_t* pack) {
+  const int64_t group = heads / kv_heads, chunks = dim / 32;
+  for (int64_t h = 0; h < kv_heads; ++h)
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t r = 0; r < 16; ++r)
+        for (int64_t g = 0; g < group; ++g)
+          for (int64_t e = 0; e < 2; ++e)
+            pack[(((h * chunks + c) * 16 + r) * group + g) * 2 + e] = q[(h * group + g) * q_head + c * 32 + 2 * r + e].x;
+}
+
+void amx_score_sequence(const uint16_t* pack, const c10::BFloat16* k_cache, const int32_t* table, int64_t len,
+                        int64_t block_size, int64_t heads, int64_t kv_heads, int64_t dim, float scale, float* scores) {
+  const int64_t group = heads / kv_heads, row = kv_heads * dim, block = block_size * row, chunks = dim / 32;
+  alignas(64) float c[16 * 16];
+  for (int64_t start = 0; start < len; start += 16) {
+    const int64_t i = start / block_size, within = start % block_size, n = std::min<int64_t>(16, len - start);
+    if (within == 0 && (i + 1) * block_size < len) prefetch(k_cache + int64_t(table[i + 1]) * block, block);
+    const c10::BFloat16* kb = k_cache + int64_t(table[i]) * block + within * row;
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      _tile_zero(0);
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        _tile_loadd(1, kb + h * dim + ch * 32, row * 2);
+        _tile_loadd(2, pack + (h * chunks + ch) * 16 * group * 2, group * 4);
+        _tile_dpbf16ps(0, 1, 2);
+      }
+      _tile_stored(0, c, group * 4);
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores + (h * group + g) * len + start;
+        for (int64_t j = 0; j < n; ++j) s[j] = c[j * group + g] * scale;
+      }
+    }
+  }
+}
+#else
+constexpr bool kHaveAmx = false;
+bool amx_usable() { return false; }
+void amx_configure(int64_t) {}
+void amx_pack_q(const c10::BFloat16*, int64_t, int64_t, int64_t, int64_t, uint16_t*) {}
+void amx_score_sequence(const uint16_t*, const c10::BFloat16*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                        int64_t, float, float*) {}
+#endif
+
+// q is scaled and widened to fp32 per sequence (or packed for AMX), and the output rounded to q's dtype at the
+// end, inside the task.
 template <typename T, typename Q>
 void decode(const Q* q, int64_t q_token, int64_t q_head, const T* k_cache, const T* v_cache, const int32_t* tables,
             const int32_t* lens, Q* out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t dim,
-            int64_t block_size, int64_t table_width, float scale, float v_scale) {
+            int64_t block_size, int64_t table_width, float scale, float v_scale, bool amx) {
   // Contexts differ by 100x in a ShareGPT batch: hand out sequences one at a time, not in equal slices.
 #pragma omp parallel num_threads(at::get_num_threads())
   {
     std::vector<float> scores, qf(heads * dim), of(heads * dim);
+    std::vector<uint16_t> pack(amx ? heads * dim : 0);
+    if (amx) amx_configure(heads / kv_heads);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t d = 0; d < dim; ++d) qf[h * dim + d] = static_cast<float>(q[b * q_token + h * q_head + d]) * scale;
+      const int32_t* table = tables + b * table_width;
       scores.resize(heads * lens[b]);
-      attend_sequence<T>(qf.data(), k_cache, v_cache, tables + b * table_width, lens[b], block_size, heads, kv_heads,
-                         dim, v_scale, scores.data(), of.data());
+      if constexpr (std::is_same_v<T, c10::BFloat16> && std::is_same_v<Q, c10::BFloat16>) {
+        if (amx) {
+          amx_pack_q(q + b * q_token, q_head, heads, kv_heads, dim, pack.data());
+          amx_score_sequence(pack.data(), k_cache, table, lens[b], block_size, heads, kv_heads, dim, scale,
+                             scores.data());
+        }
+      }
+      if (!amx) {
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < dim; ++d) qf[h * dim + d] = static_cast<float>(q[b * q_token + h * q_head + d]) * scale;
+        score_sequence<T>(qf.data(), k_cache, table, lens[b], block_size, heads, kv_heads, dim, scores.data());
+      }
+      weigh_values<T>(v_cache, table, lens[b], block_size, heads, kv_heads, dim, v_scale, scores.data(), of.data());
       for (int64_t i = 0; i < heads * dim; ++i) out[b * heads * dim + i] = static_cast<Q>(of[i]);
     }
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+    if (amx) _tile_release();
+#endif
   }
 }
 
@@ -180,7 +281,8 @@ void decode(const Q* q, int64_t q_token, int64_t q_head, const T* k_cache, const
 // seq_lens: [B] int32 (>= 1). Returns [B, H, D] in q's dtype. An fp8 cache holds K/k_scale and V/v_scale: the
 // caller folds k_scale into `scale`, and v_scale multiplies the output.
 at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale, double v_scale) {
+                        const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale, double v_scale,
+                        bool use_amx) {
   TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1 &&
                   (q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf),
               "q: float32, bfloat16 or float16 [B, H, D], unit stride along D");
@@ -206,13 +308,15 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
                   tables[b * width + i], " outside the pool of ", pool);
   }
   auto out = at::empty({batch, heads, dim}, q.options());
+  const bool amx = use_amx && kHaveAmx && k_cache.scalar_type() == at::kBFloat16 && q.scalar_type() == at::kBFloat16 &&
+                   block_size % 16 == 0 && dim % 32 == 0 && heads / kv_heads <= 16 && amx_usable();
   auto run = [&](auto tag) {
     using T = decltype(tag);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode", [&] {
       decode<T, scalar_t>(q.const_data_ptr<scalar_t>(), q.stride(0), q.stride(1),
                           static_cast<const T*>(k_cache.const_data_ptr()), static_cast<const T*>(v_cache.const_data_ptr()),
                           tables, lens, out.data_ptr<scalar_t>(), batch, heads, kv_heads, dim, block_size, width,
-                          static_cast<float>(scale), static_cast<float>(v_scale));
+                          static_cast<float>(scale), static_cast<float>(v_scale), amx);
     });
   };
   switch (k_cache.scalar_type()) {
@@ -230,6 +334,7 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
 
 TORCH_LIBRARY(llmbench_cpu, m) {
   m.def("paged_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor seq_lens, float scale, "
-        "float v_scale) -> Tensor");
+        "float v_scale, bool use_amx=True) -> Tensor");
   m.impl("paged_decode", c10::DispatchKey::CPU, TORCH_FN(paged_decode));
+  m.def("has_amx() -> bool", [] { return kHaveAmx && amx_usable(); });
 }

@@ -78,12 +78,18 @@ def status() -> str:
     return str(_STATE.get("why", "not built"))
 
 
+def has_amx() -> bool:
+    """Whether the built library scores bf16 caches with AMX tiles (compiled for them and allowed by the OS)."""
+    return available() and torch.ops.llmbench_cpu.has_amx()
+
+
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float, v_scale: float = 1.0) -> torch.Tensor:
-    """q [B, H, D] -> [B, H, D] in q's dtype, attending to seq_lens[b] cached tokens through block_tables[b]."""
+                 seq_lens: torch.Tensor, scale: float, v_scale: float = 1.0, amx: bool = True) -> torch.Tensor:
+    """q [B, H, D] -> [B, H, D] in q's dtype, attending to seq_lens[b] cached tokens through block_tables[b].
+    `amx`: score bf16 caches with AMX tiles where the CPU and the build have them (False: the vector path)."""
     q = q if q.stride(-1) == 1 else q.contiguous()
     return torch.ops.llmbench_cpu.paged_decode(q, k_cache, v_cache, block_tables.int().contiguous(),
-                                               seq_lens.int().contiguous(), scale, v_scale)
+                                               seq_lens.int().contiguous(), scale, v_scale, amx)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

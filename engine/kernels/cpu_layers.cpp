@@ -7,33 +7,73 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 namespace {
 
+// Row helpers over fp32 scratch, in plain loops the compiler vectorizes. bf16 is the top half of an fp32, so
+// widening is a shift and rounding to nearest even is integer arithmetic on the bits (c10's per-element
+// conversion, with its NaN branch, kept these loops scalar).
 template <typename T>
-inline float as_float(T v) {
-  return static_cast<float>(v);
+inline void widen(const T* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
+template <>
+inline void widen<c10::BFloat16>(const c10::BFloat16* src, float* dst, int64_t n) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = uint32_t(s[i]) << 16;
+}
+
+// x rounded to T's precision, still as fp32 (what an op producing T then read back as fp32 would see).
 template <typename T>
-inline T round_to(float v) {
-  return static_cast<T>(v);
+inline void round_in_place(float* x, int64_t n) {
+  if constexpr (!std::is_same_v<T, float>)
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<T>(x[i]));
+}
+
+template <>
+inline void round_in_place<c10::BFloat16>(float* x, int64_t n) {
+  uint32_t* u = reinterpret_cast<uint32_t*>(x);
+  for (int64_t i = 0; i < n; ++i) u[i] = (u[i] + 0x7fffu + ((u[i] >> 16) & 1u)) & 0xffff0000u;
+}
+
+// src already rounded to T's precision: the conversion is exact.
+template <typename T>
+inline void narrow(const float* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+}
+
+template <>
+inline void narrow<c10::BFloat16>(const float* src, c10::BFloat16* dst, int64_t n) {
+  const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = uint16_t(s[i] >> 16);
 }
 
 // Rows of x [T, H] -> weight * dtype(x * rsqrt(mean(x^2) + eps)), as the reference RMSNorm rounds it.
 template <typename T>
 void rms_norm_rows(const T* x, const T* w, T* out, int64_t rows, int64_t hidden, float eps) {
+  std::vector<float> wf(hidden);
+  widen(w, wf.data(), hidden);
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(hidden);
+    float* b = buf.data();
     for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * hidden;
-      T* o = out + r * hidden;
+      widen(x + r * hidden, b, hidden);
       float sum = 0.f;
-      for (int64_t i = 0; i < hidden; ++i) sum += as_float(xr[i]) * as_float(xr[i]);
+      for (int64_t i = 0; i < hidden; ++i) sum += b[i] * b[i];
       const float inv = 1.f / std::sqrt(sum / hidden + eps);
-      for (int64_t i = 0; i < hidden; ++i)
-        o[i] = round_to<T>(as_float(w[i]) * as_float(round_to<T>(as_float(xr[i]) * inv)));
+      for (int64_t i = 0; i < hidden; ++i) b[i] *= inv;
+      round_in_place<T>(b, hidden);
+      for (int64_t i = 0; i < hidden; ++i) b[i] *= wf[i];
+      round_in_place<T>(b, hidden);
+      narrow(b, out + r * hidden, hidden);
     }
   });
 }
@@ -55,14 +95,21 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 // gate_up [T, 2I] (gate | up) -> dtype(dtype(silu(gate)) * up) [T, I]: F.silu then mul_, as the MLP does.
 template <typename T>
 void silu_mul_rows(const T* x, T* out, int64_t rows, int64_t inter) {
+  constexpr int64_t CHUNK = 256;
   at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
+    alignas(64) float g[CHUNK], u[CHUNK];
     for (int64_t r = begin; r < end; ++r) {
       const T* gate = x + r * 2 * inter;
-      const T* up = gate + inter;
-      T* o = out + r * inter;
-      for (int64_t i = 0; i < inter; ++i) {
-        const float g = as_float(gate[i]);
-        o[i] = round_to<T>(as_float(round_to<T>(g / (1.f + std::exp(-g)))) * as_float(up[i]));
+      for (int64_t c0 = 0; c0 < inter; c0 += CHUNK) {
+        const int64_t n = std::min(CHUNK, inter - c0);
+        widen(gate + c0, g, n);
+        widen(gate + inter + c0, u, n);
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.f + std::exp(-g[i]));
+        round_in_place<T>(g, n);
+        for (int64_t i = 0; i < n; ++i) g[i] *= u[i];
+        round_in_place<T>(g, n);
+        narrow(g, out + r * inter + c0, n);
       }
     }
   });
@@ -81,19 +128,21 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
   return out;
 }
 
-// Rotate-half rotary embedding of one head row in place: x[i] = x[i] cos[i] - x[i + D/2] sin[i] (first half),
-// x[i] cos[i] + x[i - D/2] sin[i] (second half), cos and sin ([positions, D], fp32 or x's dtype) rounded to x's
-// dtype first, each product rounded, as the torch path computes it.
-template <typename T, typename C>
-inline void rotate(T* x, const C* cos, const C* sin, int64_t dim) {
+// Rotate-half rotary embedding of one head row in place: x[i] cos[i] - x[i + D/2] sin[i] (first half),
+// x[i] cos[i] + x[i - D/2] sin[i] (second half), with cos and sin (`c`, `s`: fp32, already rounded to x's
+// dtype) and each product rounded, as the torch path computes it. `a` and `b` are scratch of D floats.
+template <typename T>
+inline void rotate(T* x, const float* c, const float* s, int64_t dim, float* a, float* b) {
   const int64_t half = dim / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const float a = as_float(x[i]), b = as_float(x[i + half]);
-    const float c0 = as_float(round_to<T>(cos[i])), s0 = as_float(round_to<T>(sin[i]));
-    const float c1 = as_float(round_to<T>(cos[i + half])), s1 = as_float(round_to<T>(sin[i + half]));
-    x[i] = round_to<T>(as_float(round_to<T>(a * c0)) + as_float(round_to<T>(-b * s0)));
-    x[i + half] = round_to<T>(as_float(round_to<T>(b * c1)) + as_float(round_to<T>(a * s1)));
-  }
+  widen(x, a, dim);
+  for (int64_t i = 0; i < half; ++i) b[i] = -a[i + half] * s[i];
+  for (int64_t i = half; i < dim; ++i) b[i] = a[i - half] * s[i];
+  for (int64_t i = 0; i < dim; ++i) a[i] *= c[i];
+  round_in_place<T>(a, dim);
+  round_in_place<T>(b, dim);
+  for (int64_t i = 0; i < dim; ++i) a[i] += b[i];
+  round_in_place<T>(a, dim);
+  narrow(a, x, dim);
 }
 
 // q [T, H, D] and k [T, KVH, D], any row strides (views of the fused qkv output), rotated in place.
@@ -102,11 +151,15 @@ void rotary_rows(T* q, T* k, const int64_t* positions, const C* cos, const C* si
                  int64_t heads, int64_t kv_heads, int64_t dim, int64_t q_token, int64_t q_head, int64_t k_token,
                  int64_t k_head) {
   at::parallel_for(0, tokens, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(4 * dim);
+    float *c = scratch.data(), *s = c + dim, *a = s + dim, *b = a + dim;
     for (int64_t t = begin; t < end; ++t) {
-      const C* c = cos + positions[t] * dim;
-      const C* s = sin + positions[t] * dim;
-      for (int64_t h = 0; h < heads; ++h) rotate(q + t * q_token + h * q_head, c, s, dim);
-      for (int64_t h = 0; h < kv_heads; ++h) rotate(k + t * k_token + h * k_head, c, s, dim);
+      widen(cos + positions[t] * dim, c, dim);
+      widen(sin + positions[t] * dim, s, dim);
+      round_in_place<T>(c, dim);
+      round_in_place<T>(s, dim);
+      for (int64_t h = 0; h < heads; ++h) rotate(q + t * q_token + h * q_head, c, s, dim, a, b);
+      for (int64_t h = 0; h < kv_heads; ++h) rotate(k + t * k_token + h * k_head, c, s, dim, a, b);
     }
   });
 }
