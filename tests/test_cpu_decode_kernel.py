@@ -119,21 +119,26 @@ import sys
 from engine.llm import LLM
 llm = LLM(sys.argv[1], kv_cache_memory=2**22)
 print("PATH:", llm.runner.decode_attention)
-try:
-    LLM(sys.argv[1], kv_cache_memory=2**22, cpu_attention="cpp")
-except RuntimeError as err:
-    print("ERROR:", err)
+print("LAYERS:", llm.runner.layer_kernels)
+for flag in ("cpu_attention", "cpu_layers"):
+    try:
+        LLM(sys.argv[1], kv_cache_memory=2**22, **{flag: "cpp"})
+    except RuntimeError as err:
+        print("ERROR:", err)
 """
 
 
 def test_no_compiler_falls_back_to_sdpa(tiny_model, tmp_path):
-    """Where the kernel cannot be built, auto keeps gather + SDPA and says why; asking for cpp is an error."""
+    """Where the kernels cannot be built, auto keeps gather + SDPA and torch's layers and says why; asking for
+    cpp is an error."""
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
     proc = subprocess.run([sys.executable, "-c", FALLBACK, str(tiny_model)], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "PATH: gather + SDPA (C++ kernel unavailable" in proc.stdout
     assert "ERROR: cpu_attention='cpp' cannot be used: C++ kernel unavailable" in proc.stdout
+    assert "LAYERS: torch (C++ kernel unavailable" in proc.stdout
+    assert "ERROR: cpu_layers='cpp' cannot be used: C++ kernel unavailable" in proc.stdout
 
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
