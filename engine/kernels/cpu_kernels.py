@@ -22,6 +22,7 @@ import torch
 
 log = logging.getLogger(__name__)
 SOURCES = [Path(__file__).with_name(name) for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp")]
+HEADERS = [Path(__file__).with_name("cpu_decode_bf16.h")]  # in the build's hash: a change rebuilds
 WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
 _STATE: dict[str, str | bool] = {}
 # -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)
@@ -45,7 +46,7 @@ def available() -> bool:
 def build_directory() -> Path:
     """Where this source, built with these flags for this torch and Python, lives."""
     built_for = f"{CFLAGS} torch {torch.__version__} python {sys.version_info[:2]}"
-    digest = hashlib.sha1(b"".join(p.read_bytes() for p in SOURCES) + built_for.encode()).hexdigest()[:12]
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + built_for.encode()).hexdigest()[:12]
     name = f"llmbench_cpu_attention_{torch.backends.cpu.get_cpu_capability().lower()}_{digest}"
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions") / name
 
