@@ -1,6 +1,7 @@
 """Offline throughput: continuous vs static batching vs transformers' padded `generate`, one run.
 
     python benchmarks/engine_throughput.py [--num-prompts 256] [--vllm-python PATH]
+    python benchmarks/engine_throughput.py --dtype float32,auto --repeats 3 --vllm-python PATH  # like for like
     python benchmarks/engine_throughput.py --workload nano-vllm --device cuda --dtype bfloat16 --eager-too
 
 Every system gets the same prompts (token ids) and the same output lengths (ignore_eos): ShareGPT sampled by
@@ -176,6 +177,13 @@ def resolve_dtype(dtype: str, model_dir: Path, device: str) -> str:
     return chosen
 
 
+def cpu_model() -> str:
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor() or platform.machine())
+
+
 def median(xs: list[float]) -> float:
     xs = sorted(xs)
     return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
@@ -219,10 +227,7 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
 
     isa = [f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2") if f in cpu_flags()]
     gpu = f", {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or platform.machine()) \
-        if Path("/proc/cpuinfo").exists() else platform.machine()
-    print(f"machine: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}, cpu capability "
+    print(f"machine: {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, cpu capability "
           f"{torch.backends.cpu.get_cpu_capability()}{gpu}; ISA {', '.join(isa) or 'unknown'}")
     what = "ShareGPT requests (vLLM rules" if workload == "sharegpt" else "nano-vllm requests (lengths 100..1024"
     print(f"workload: {num_prompts} {what}, seed {seed}), {n_in} prompt + {n_out} output tokens, {model_size} "
@@ -259,9 +264,11 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
         configs |= {f"{name}, eager": {**flags, "enforce_eager": True} for name, flags in
                     [("engine continuous", {"max_num_seqs": 256}), *configs.items()]}
     pairs: dict[str, list[float]] = {"engine continuous": [], "vLLM CPU offline": []}
+    step_figures = []
     for _ in range(repeats):  # the two compared most closely alternate, so drift in the load hits both
         pairs["engine continuous"].append(run_engine(model_dir, reqs, "engine continuous", max_num_seqs=256,
                                                      **where))
+        step_figures.append(STEP_FIGURES["engine continuous"])
         if vllm_python:
             try:
                 pairs["vLLM CPU offline"].append(run_vllm(vllm_python, model_dir, reqs, dtype))
@@ -269,6 +276,8 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
                 print(err)
                 vllm_python = None
     runs = {name: median(times) for name, times in pairs.items() if times}
+    times = pairs["engine continuous"]  # host figures of the run at (or just below) the median
+    STEP_FIGURES["engine continuous"] = step_figures[sorted(range(repeats), key=times.__getitem__)[(repeats - 1) // 2]]
     for name, flags in configs.items():
         runs[name] = run_engine(model_dir, reqs, name, **flags, **where)
     hf_reqs = reqs[:hf_num_prompts] if hf_num_prompts else reqs
