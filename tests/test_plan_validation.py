@@ -9,15 +9,15 @@ import pytest
 from click.testing import CliRunner
 
 from llmbench.cli import main
-from llmbench.plan import bands, engines, gpus, held_out, mlperf, models
+from llmbench.plan import bands, engines, gpus, held_out, mlperf, models, rate_sweep
 from llmbench.plan.published import CASES, HELD_OUT, SOURCES, error_summary, inside, validate
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, saturation
 from llmbench.plan.workload import Workload
 
 TABLE = Path(__file__).parent / "data" / "plan_validation.json"  # `llmbench plan validate --json` of every row
-# rows recomputed by the test (every row: minutes): each eighth held-out TensorRT-LLM row, and one MLPerf v5.1
-# system with Offline, Server and Interactive figures (vLLM 0.9 on MI300X)
+# rows recomputed by the test (every row: minutes): each eighth held-out TensorRT-LLM row, one MLPerf v5.1
+# system with Offline, Server and Interactive figures (vLLM 0.9 on MI300X), each third case of the rate sweep
 RECOMPUTED = {("AMD", "8xMI300X_2xEPYC_9575F")}
 
 
@@ -30,7 +30,8 @@ def test_mlperf_rows_are_split_by_round_with_enough_tails():
     figures = [(c.row, m) for c in cases for m in c.published]
     held = [m for row, m in figures if row in HELD_OUT]
     assert len(held) >= 40 and sum(m.startswith("p99_") or m == "capacity" for m in held) >= 15
-    assert set(HELD_OUT) <= set(SOURCES) and {c.row for c in CASES + held_out.CASES + cases} <= set(SOURCES)
+    every = CASES + held_out.CASES + cases + rate_sweep.CASES
+    assert set(HELD_OUT) <= set(SOURCES) and {c.row for c in every} <= set(SOURCES)
 
 
 def test_mlperf_lengths_match_each_run():
@@ -41,6 +42,21 @@ def test_mlperf_lengths_match_each_run():
     assert work.prompts.max() <= 1024 and work.outputs.max() <= 1024
     short = mlperf.workload("llama3.1-8b", 128.0)
     assert len(short.prompts) == 13368 and set(short.outputs) == {128}
+
+
+def test_the_rate_sweep_is_held_out_and_phrased_as_it_ran():
+    """vLLM 0.14 on an H200 at eight Poisson rates: P50/P99 latencies below the knee and the server's own memory,
+    held out, its file named; the same 300 prompts at every rate, so only the first rate computes them (prefix
+    caching on), and ShareGPT rescaled to the lengths the report counted."""
+    cases = rate_sweep.CASES
+    figures = [m for c in cases for m in c.published]
+    assert all(c.row in HELD_OUT and c.source == rate_sweep.SOURCE for c in cases)
+    assert len(figures) >= 40 and sum(m.startswith("p99_") for m in figures) >= 15
+    rates = [c for c in cases if c.mode == "rate"]
+    assert [c.prefix_hit_rate for c in rates] == [0.0] + [1.0] * (len(rates) - 1)
+    base = Workload(np.array([100, 300, 500]), np.array([50, 150, 400]), "three")
+    work = rate_sweep.rescaled(base, rates[0].sharegpt_means)
+    assert abs(work.mean_prompt - 207) < 1 and abs(work.mean_output - 198) < 1
 
 
 def test_held_out_figures_inside_their_bands():
@@ -62,7 +78,7 @@ def test_the_stored_table_is_what_the_planner_says_now():
     code (regenerate it with `llmbench plan validate --json tests/data/plan_validation.json`)."""
     stored = {(r["case"], r["metric"]): r for r in json.loads(TABLE.read_text())}
     sample = held_out.CASES[::8] + mlperf.cases([r for r in mlperf.ROWS if r.round == mlperf.HELD_OUT
-                                                 and (r.submitter, r.system) in RECOMPUTED])
+                                                 and (r.submitter, r.system) in RECOMPUTED]) + rate_sweep.CASES[::3]
     rows = validate(sample)
     assert len(rows) >= 15
     for r in rows:

@@ -21,19 +21,18 @@ from llmbench.plan.models import ModelSpec
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")
 KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
-TP2 = {"latency": (-0.45, 0.05), "p99": (-0.55, 0.05)}  # borrowed where no held-out latency was published
+TP2 = {"latency": (-0.45, 0.4), "p99": (-0.45, 0.4), "memory": (-0.05, 0.05)}  # borrowed where none published
 BANDS: dict[str, dict[str, Band]] = {
-    "dense, TP <= 2": {"throughput": (-0.2, 0.45), **TP2, "memory": (-0.05, 0.05)},
-    "dense, TP >= 4": {"throughput": (-0.05, 0.4), **TP2, "memory": (-0.05, 0.05)},
-    "MoE": {"throughput": (-0.05, 0.65), **TP2, "memory": (-0.05, 0.05)},
+    "dense, TP <= 2": {"throughput": (-0.2, 0.45), **TP2},
+    "dense, TP >= 4": {"throughput": (-0.05, 0.4), **TP2},
+    "MoE": {"throughput": (-0.05, 0.65), **TP2},
     "near saturation": {"latency": (-0.85, 4.7), "p99": (-0.8, 2.35)},
 }
 NOTES = {
-    "dense, TP <= 2": "memory band from the tuning rows (no held-out memory figure)",
-    "dense, TP >= 4": "latency and P99 bands borrowed from dense TP <= 2, memory from the tuning rows (no "
-                      "held-out latency or memory figure at TP >= 4)",
-    "MoE": "latency and P99 bands borrowed from dense TP <= 2, memory from the tuning rows (no held-out MoE "
-           "latency or memory figure)",
+    "dense, TP <= 2": "",
+    "dense, TP >= 4": "latency, P99 and memory bands borrowed from dense TP <= 2 (no held-out figure of those "
+                      "kinds at TP >= 4)",
+    "MoE": "latency, P99 and memory bands borrowed from dense TP <= 2 (no held-out MoE latency or memory figure)",
     "near saturation": "",
 }
 WIDE_BAND = 0.5

@@ -70,8 +70,9 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
          "AIC systems/h100_pcie.yaml"),
     _gpu("H100-NVL", 94 * GB, 3938 * GB, 835e12, 1671e12, "pcie5", "hopper", None, NONE_PUBLISHED,
          "NVIDIA H100 datasheet (H100 NVL: 94 GB HBM3, 3.9 TB/s, 835/1,671 dense BF16/FP8 TFLOPS)"),
-    _gpu("H200", 141 * GB, 4800 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.75,
-         "midpoint of the 2026 range $2.50-7.00", "AIC systems/h200_sxm.yaml"),
+    _gpu("H200", 143771 * 2**20, 4800 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.75,
+         "midpoint of the 2026 range $2.50-7.00", "AIC systems/h200_sxm.yaml; memory: nvidia-smi's memory.total on "
+         "an H200 SXM, 143771MiB (what vLLM's gpu_memory_utilization multiplies; the datasheet's 141 GB is less)"),
     _gpu("GH200", 144 * GB, 4900 * GB, 989e12, 1978e12, "nvlink4", "hopper", None, NONE_PUBLISHED,
          "NVIDIA GH200 datasheet (144 GB HBM3e, 4.9 TB/s; H100's Tensor Cores)"),
     _gpu("H200-NVL", 141 * GB, 4800 * GB, 835e12, 1671e12, "pcie5", "hopper", None, NONE_PUBLISHED,

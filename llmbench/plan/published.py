@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbench.plan import bands, engines, gpus, mlperf, models
+from llmbench.plan import bands, engines, gpus, mlperf, models, rate_sweep
 from llmbench.plan.case import Case
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.roofline import RooflineModel
@@ -22,13 +22,13 @@ def kind(metric: str) -> str:
     return KIND.get(metric, "p99" if metric.startswith("p99_") else "latency")
 
 
-# rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors; TensorRT-LLM's other rows (H, held_out.py)
-# and MLPerf v5.1 (M5, mlperf.py) were read only after, and never tuned on
-HELD_OUT = ("H", "M5")
+# rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors; TensorRT-LLM's other rows (H, held_out.py),
+# MLPerf v5.1 (M5, mlperf.py) and a vLLM 0.14 rate sweep (V, rate_sweep.py) were read only after, never tuned on
+HELD_OUT = ("H", "M5", "V")
 SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview (section 9 rows)",
            "C": "NIM 1.8 benchmarks", "D": "Databricks blog", "E": "llm-d memory results",
            "M4": "MLPerf Inference v4.1", "H": "TensorRT-LLM perf overview (other rows)",
-           "M5": "MLPerf Inference v5.1"}
+           "M5": "MLPerf Inference v5.1", "V": "vLLM 0.14 rate sweep on H200 (DO-Solutions gtc-2026-doks)"}
 VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
 # trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
@@ -91,10 +91,12 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     if case.isl:
         n = case.requests
         work = Workload(np.full(n, case.isl), np.full(n, case.osl), f"{case.isl}/{case.osl}")
+    elif case.sharegpt_means:
+        work = rate_sweep.rescaled(sharegpt, case.sharegpt_means)
     else:
         work = sharegpt_row_a(sharegpt)
     roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
-    shape = engine.shape(mem.kv_tokens)
+    shape = engine.shape(mem.kv_tokens, case.prefix_hit_rate)
     setup = SimSetup(roof, shape, work, (0,), case.requests)
     if case.mode == "rate":
         return at_rate(setup, case.value)
