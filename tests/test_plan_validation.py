@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmbench.cli import main
-from llmbench.plan import bands, engines, gpus, held_out, mlperf, models, rate_sweep
+from llmbench.plan import bands, burst_runs, engines, gpus, held_out, mlperf, models, rate_sweep
 from llmbench.plan.published import CASES, HELD_OUT, SOURCES, error_summary, inside, validate
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, saturation
@@ -17,7 +17,8 @@ from llmbench.plan.workload import Workload
 
 TABLE = Path(__file__).parent / "data" / "plan_validation.json"  # `llmbench plan validate --json` of every row
 # rows recomputed by the test (every row: minutes): each eighth held-out TensorRT-LLM row, one MLPerf v5.1
-# system with Offline, Server and Interactive figures (vLLM 0.9 on MI300X), each third case of the rate sweep
+# system with Offline, Server and Interactive figures (vLLM 0.9 on MI300X), each third case of the rate sweep and
+# of the MoE bursts
 RECOMPUTED = {("AMD", "8xMI300X_2xEPYC_9575F")}
 
 
@@ -30,7 +31,7 @@ def test_mlperf_rows_are_split_by_round_with_enough_tails():
     figures = [(c.row, m) for c in cases for m in c.published]
     held = [m for row, m in figures if row in HELD_OUT]
     assert len(held) >= 40 and sum(m.startswith("p99_") or m == "capacity" for m in held) >= 15
-    every = CASES + held_out.CASES + cases + rate_sweep.CASES
+    every = CASES + held_out.CASES + cases + rate_sweep.CASES + burst_runs.CASES
     assert set(HELD_OUT) <= set(SOURCES) and {c.row for c in every} <= set(SOURCES)
 
 
@@ -59,6 +60,17 @@ def test_the_rate_sweep_is_held_out_and_phrased_as_it_ran():
     assert abs(work.mean_prompt - 207) < 1 and abs(work.mean_output - 198) < 1
 
 
+def test_the_moe_bursts_are_held_out_by_their_rule():
+    """GPUStack's Qwen3-235B-A22B runs: every request at once, held out, the page named; the MoE class gets its
+    latency and P99 bands from them (no longer borrowed), and each run keeps its own server flags."""
+    cases = burst_runs.CASES
+    assert all(c.row in HELD_OUT and c.source == burst_runs.SOURCE and c.mode == "max" for c in cases)
+    assert {c.tp for c in cases} == {4, 8} and all(models.model(c.model).experts > 1 for c in cases)
+    tuned = [c for c in cases if c.knobs]
+    assert tuned and all(c.knobs == {"max_num_batched_tokens": 16384} and c.weight_dtype == "fp8" for c in tuned)
+    assert "latency" not in bands.NOTES["MoE"] and bands.BANDS["MoE"]["p99"] != bands.BANDS["dense, TP <= 2"]["p99"]
+
+
 def test_held_out_figures_inside_their_bands():
     """The stored table of every row: at least 90 % of the held-out figures inside their signed bands, which are
     the ones `bands.derive` draws from those errors; the halves summarised apart."""
@@ -78,7 +90,7 @@ def test_the_stored_table_is_what_the_planner_says_now():
     code (regenerate it with `llmbench plan validate --json tests/data/plan_validation.json`)."""
     stored = {(r["case"], r["metric"]): r for r in json.loads(TABLE.read_text())}
     sample = held_out.CASES[::8] + mlperf.cases([r for r in mlperf.ROWS if r.round == mlperf.HELD_OUT
-                                                 and (r.submitter, r.system) in RECOMPUTED]) + rate_sweep.CASES[::3]
+                                                 and (r.submitter, r.system) in RECOMPUTED]) + rate_sweep.CASES[::3] + burst_runs.CASES[::3]
     rows = validate(sample)
     assert len(rows) >= 15
     for r in rows:
