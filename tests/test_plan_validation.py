@@ -56,7 +56,7 @@ def test_the_rate_sweep_is_held_out_and_phrased_as_it_ran():
     rates = [c for c in cases if c.mode == "rate"]
     assert [c.prefix_hit_rate for c in rates] == [0.0] + [1.0] * (len(rates) - 1)
     base = Workload(np.array([100, 300, 500]), np.array([50, 150, 400]), "three")
-    work = rate_sweep.rescaled(base, rates[0].sharegpt_means)
+    work = base.with_means(*rates[0].sharegpt_means)
     assert abs(work.mean_prompt - 207) < 1 and abs(work.mean_output - 198) < 1
 
 

@@ -15,11 +15,11 @@ from llmbench.plan.case import Case
 SOURCE = "gpustack/gpustack:docs/performance-lab/qwen3-235b-a22b/h100.md"
 METRICS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
            "p99_tpot_ms", "p99_itl_ms")
-BASELINE = ("vllm@0.11", 8, "bf16", {})  # `vllm serve Qwen/Qwen3-235B-A22B-Instruct-2507 -tp 8`
-TUNED = ("vllm@0.11", 4, "fp8", {"max_num_batched_tokens": 16384})  # the page's optimized command
-SERVERS = {"vLLM 0.11 BF16 TP8": BASELINE, "SGLang 0.5.5 BF16 TP8": ("sglang", 8, "bf16", {}),
+# server: engine profile, TP, weight dtype, flags (the first is the page's baseline, the last its optimized command)
+SERVERS = {"vLLM 0.11 BF16 TP8": ("vllm@0.11", 8, "bf16", {}), "SGLang 0.5.5 BF16 TP8": ("sglang", 8, "bf16", {}),
            "vLLM 0.11 FP8 TP4": ("vllm@0.11", 4, "fp8", {}),
-           "vLLM 0.11 FP8 TP4, --max-num-batched-tokens 16384": TUNED}
+           "vLLM 0.11 FP8 TP4, --max-num-batched-tokens 16384": ("vllm@0.11", 4, "fp8",
+                                                                   {"max_num_batched_tokens": 16384})}
 # server, (requests, prompt tokens, output tokens), then METRICS' figures (tok/s, ms)
 SHAREGPT = [
     ("vLLM 0.11 BF16 TP8", (984, 212894, 193865),

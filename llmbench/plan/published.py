@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbench.plan import bands, engines, gpus, mlperf, models, rate_sweep
+from llmbench.plan import bands, engines, gpus, mlperf, models
 from llmbench.plan.case import Case
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.roofline import RooflineModel
@@ -94,7 +94,7 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
         n = case.requests
         work = Workload(np.full(n, case.isl), np.full(n, case.osl), f"{case.isl}/{case.osl}")
     elif case.sharegpt_means:
-        work = rate_sweep.rescaled(sharegpt, case.sharegpt_means)
+        work = sharegpt.with_means(*case.sharegpt_means)
     else:
         work = sharegpt_row_a(sharegpt)
     roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)

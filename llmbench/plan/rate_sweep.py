@@ -17,10 +17,7 @@ rates, the first rate -12 %), from the report's own setup, the effect benchmarks
 
 from __future__ import annotations
 
-import numpy as np
-
 from llmbench.plan.case import Case
-from llmbench.plan.workload import Workload
 
 SOURCE = "DO-Solutions/gtc-2026-doks:dev/vllm/benchmarks/phase0/20260224-185458/report.md"
 WHAT = "V: Llama-3.1-70B FP8, 1xH200, vLLM 0.14, ShareGPT"
@@ -40,12 +37,3 @@ CASES = [Case("V", f"{WHAT}, {rate:g} req/s", "llama-3.1-70b", "H200", 1, "vllm@
 CASES.append(Case("V", "V: Llama-3.1-70B FP8, 1xH200, vLLM 0.14 u=0.9", "llama-3.1-70b", "H200", 1, "vllm@0.14",
                   "memory", 0, {"weights_gib_per_gpu": 67.7, "kv_gib_per_gpu": 53.15}, "fp8", "fp8", source=SOURCE))
 
-
-def rescaled(base: Workload, means: tuple[float, float]) -> Workload:
-    """The ShareGPT sample with prompts and outputs each rescaled to the means the source counted with its
-    model's tokenizer."""
-    prompt, output = means
-    return Workload(np.maximum(np.round(base.prompts * prompt / base.mean_prompt), 1).astype(int),
-                    np.maximum(np.round(base.outputs * output / base.mean_output), 1).astype(int),
-                    f"{base.source}, rescaled to {prompt:g} prompt / {output:g} output tokens per request",
-                    base.prefix_hit_rate)

@@ -35,11 +35,18 @@ class Workload:
     def max_tokens(self) -> int:
         return int((self.prompts + self.outputs).max())
 
-    def scaled(self, factor: float, why: str) -> Workload:
-        """Lengths counted by another tokenizer (`factor` of this one's counts)."""
+    def scaled(self, factor: float, why: str, output_factor: float | None = None) -> Workload:
+        """Lengths counted by another tokenizer (`factor` of this one's counts; outputs by `output_factor` where
+        a source counted its prompts and outputs apart)."""
+        out = factor if output_factor is None else output_factor
         return Workload(np.maximum(np.round(self.prompts * factor), 1).astype(int),
-                        np.maximum(np.round(self.outputs * factor), 1).astype(int), f"{self.source}, {why}",
+                        np.maximum(np.round(self.outputs * out), 1).astype(int), f"{self.source}, {why}",
                         self.prefix_hit_rate)
+
+    def with_means(self, prompt: float, output: float) -> Workload:
+        """This sample rescaled to the mean prompt and output lengths a source counted with its own tokenizer."""
+        return self.scaled(prompt / self.mean_prompt, f"rescaled to {prompt:g} prompt / {output:g} output tokens "
+                           "per request", output / self.mean_output)
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         idx = rng.integers(0, len(self.prompts), n)
