@@ -186,8 +186,8 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
                                   "--seed", "1"])
     assert r.exit_code == 0, r.output
     capacity = json.loads((probe / "rate-inf.json").read_text())["request_throughput"]
-    rates = [round(capacity * f, 2) for f in (0.2, 0.35, 0.5)]  # 0.65 of a probe taken moments earlier sat on
-    # the knee whenever the runner slowed in between
+    # no rate near the knee: 0.65 of a probe taken moments earlier sat on it whenever the runner slowed in between
+    rates = [round(capacity * f, 2) for f in (0.2, 0.35, 0.5)]
     out = tmp_path / "sweep"
     r = CliRunner().invoke(main, ["sweep", *common, "--rate", ",".join(map(str, rates)),
                                   "--duration", str(max(6.0, 30 / rates[0])), "--out", str(out), "--seed", "0"])
