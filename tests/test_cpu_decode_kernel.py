@@ -61,6 +61,17 @@ def test_half_precision_cache(dtype):
 
 
 @needs_kernel
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 2, 64), (14, 2, 64), (32, 4, 128), (4, 4, 16)])
+def test_bf16_query_and_cache(heads, kv_heads, dim):
+    """bf16 q on a bf16 cache: the vdpbf16ps K pass where the CPU has it (dims a multiple of 32, groups of 1 to 7
+    query heads), the widening path for head_dim 16 and elsewhere."""
+    q, k, v, kc, vc, meta = make_batch(DECODES, heads, kv_heads, dim, torch.bfloat16, seed=dim + heads, num_blocks=48)
+    out, ref = decode_both(q, k, v, kc, vc, meta, scale=dim**-0.5)
+    assert out.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), ref.float(), atol=2e-2, rtol=2e-2), (out.float() - ref.float()).abs().max()
+
+
+@needs_kernel
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_fp8_cache_scales(kv_dtype):
     """k_scale joins the softmax scale and v_scale multiplies the output, as in the SDPA path."""

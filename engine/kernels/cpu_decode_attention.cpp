@@ -83,23 +83,23 @@ inline void prefetch_l2(const T* block, int64_t elements) {
   for (int64_t off = 0; off < elements * int64_t(sizeof(T)); off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
-// Logits of NG query heads (rows of q, pre-scaled) for the n tokens of one block of one KV head:
-// s[g * stride + j] = q[g] . k[j]. Token j's K row starts at k + j * row.
+// Logits of NG query heads (rows of q, q_head apart) for the n tokens of one block of one KV head:
+// s[g * stride + j] = scale * q[g] . k[j]. Token j's K row starts at k + j * row.
 template <int NG, typename T>
-inline void score_block(const float* q, const T* k, int64_t n, int64_t row, int64_t dim, float* s, int64_t stride,
-                        const T* next) {
+inline void score_block(const float* q, int64_t q_head, const T* k, int64_t n, int64_t row, int64_t dim, float scale,
+                        float* s, int64_t stride, const T* next) {
   for (int64_t j = 0; j < n; ++j, k += row) {
     if (next) prefetch(next + j * row, dim);
     vf acc[NG] = {};
     for (int64_t c = 0; c < dim; c += W) {
       const vf kc = load_vec(k + c);
-      for (int g = 0; g < NG; ++g) acc[g] += load_vec(q + g * dim + c) * kc;
+      for (int g = 0; g < NG; ++g) acc[g] += load_vec(q + g * q_head + c) * kc;
     }
-    for (int g = 0; g < NG; ++g) s[g * stride + j] = hsum(acc[g]);
+    for (int g = 0; g < NG; ++g) s[g * stride + j] = scale * hsum(acc[g]);
   }
 }
 
-// The paths for CPUs with bf16 instructions (AMX tile scores, vdpbf16ps V sums), on the helpers above.
+// The paths for CPUs with bf16 instructions (AMX tile scores, vdpbf16ps K and V sums), on the helpers above.
 #include "cpu_decode_bf16.h"
 
 // out[g] += sum_j p[g * stride + j] * v[j] for the n tokens of one block, one 16-float slice at a time so
@@ -144,11 +144,13 @@ inline void for_head_groups(int64_t kv_heads, int64_t group, F&& f) {
   }
 }
 
-// The K pass of one sequence: scores[hq * len + t] = q[hq] . k[t] (q pre-scaled), each block read once for
-// all its KV heads. Its last blocks ask the L2 for the first V blocks, so the V pass starts warm.
-template <typename T>
-void score_sequence(const float* q, const T* k_cache, const T* v_cache, const int32_t* table, int64_t len,
-                    int64_t block_size, int64_t heads, int64_t kv_heads, int64_t dim, float* scores) {
+// The K pass of one sequence: scores[hq * len + t] = scale * q[hq] . k[t], each block read once for all its KV
+// heads. Its last blocks ask the L2 for the first V blocks, so the V pass starts warm. q is fp32, or the bf16
+// query itself for score_block's vdpbf16ps overload.
+template <typename T, typename QT>
+void score_sequence(const QT* q, int64_t q_head, const T* k_cache, const T* v_cache, const int32_t* table,
+                    int64_t len, int64_t block_size, int64_t heads, int64_t kv_heads, int64_t dim, float scale,
+                    float* scores) {
   const int64_t group = heads / kv_heads, row = kv_heads * dim, block = block_size * row;
   const int64_t num_blocks = (len + block_size - 1) / block_size;
   for (int64_t i = 0; i < num_blocks; ++i) {
@@ -159,8 +161,8 @@ void score_sequence(const float* q, const T* k_cache, const T* v_cache, const in
     const T* kb = k_cache + int64_t(table[i]) * block;
     const int64_t n = std::min(block_size, len - i * block_size);
     for_head_groups(kv_heads, group, [&]<int NG>(int64_t first, int64_t h) {
-      score_block<NG>(q + first * dim, kb + h * dim, n, row, dim, scores + first * len + i * block_size, len,
-                      next ? next + h * dim : nullptr);
+      score_block<NG>(q + first * q_head, q_head, kb + h * dim, n, row, dim, scale,
+                      scores + first * len + i * block_size, len, next ? next + h * dim : nullptr);
     });
   }
 }
@@ -194,7 +196,7 @@ void weigh_values(const T* v_cache, const int32_t* table, int64_t len, int64_t b
     for (int64_t d = 0; d < dim; ++d) out[hq * dim + d] *= norm[hq];
 }
 
-// q is scaled and widened to fp32 per sequence (or packed for AMX), and the output rounded to q's dtype at the
+// q is widened to fp32 per sequence (or read as it is for vdpbf16ps, or packed for AMX), and the output rounded to q's dtype at the
 // end, inside the task.
 template <typename T, typename Q>
 void decode(const Q* q, int64_t q_token, int64_t q_head, const T* k_cache, const T* v_cache, const int32_t* tables,
@@ -217,10 +219,18 @@ void decode(const Q* q, int64_t q_token, int64_t q_head, const T* k_cache, const
                              scores.data());
         }
       }
-      if (!amx) {
+      bool scored = amx;
+      if constexpr (std::is_same_v<T, c10::BFloat16> && std::is_same_v<Q, c10::BFloat16> && kHaveDpBf16) {
+        if (!amx && dim % 32 == 0) {
+          score_sequence<T>(q + b * q_token, q_head, k_cache, v_cache, table, lens[b], block_size, heads, kv_heads,
+                            dim, scale, scores.data());
+          scored = true;
+        }
+      }
+      if (!scored) {
         for (int64_t h = 0; h < heads; ++h)
-          for (int64_t d = 0; d < dim; ++d) qf[h * dim + d] = static_cast<float>(q[b * q_token + h * q_head + d]) * scale;
-        score_sequence<T>(qf.data(), k_cache, v_cache, table, lens[b], block_size, heads, kv_heads, dim,
+          for (int64_t d = 0; d < dim; ++d) qf[h * dim + d] = static_cast<float>(q[b * q_token + h * q_head + d]);
+        score_sequence<T>(qf.data(), dim, k_cache, v_cache, table, lens[b], block_size, heads, kv_heads, dim, scale,
                           scores.data());
       }
       weigh_values<T>(v_cache, table, lens[b], block_size, heads, kv_heads, dim, v_scale, scores.data(), of.data());

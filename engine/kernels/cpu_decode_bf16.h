@@ -51,6 +51,32 @@ inline void accumulate_pairs_bf16(const float* p, const c10::BFloat16* v, int64_
 }
 #endif
 
+#if defined(__AVX512BF16__)
+constexpr bool kHaveDpBf16 = true;
+
+// The K pass of a bf16 cache for a bf16 query, read as they are: vdpbf16ps multiplies 32 dims of q and of a K
+// row pairwise and adds each pair into one of 16 fp32 sums, so one instruction per 32 dims and query head
+// replaces the two widenings and two FMAs of the vector path. The products of two bf16 are exact in fp32, so
+// only the order of the additions differs from it.
+template <int NG>
+inline void score_block(const c10::BFloat16* q, int64_t q_head, const c10::BFloat16* k, int64_t n, int64_t row,
+                        int64_t dim, float scale, float* s, int64_t stride, const c10::BFloat16* next) {
+  for (int64_t j = 0; j < n; ++j, k += row) {
+    if (next) prefetch(next + j * row, dim);
+    __m512 acc[NG];
+    for (int g = 0; g < NG; ++g) acc[g] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < dim; c += 32) {
+      const __m512bh kc = (__m512bh)_mm512_loadu_si512(k + c);
+      for (int g = 0; g < NG; ++g)
+        acc[g] = _mm512_dpbf16_ps(acc[g], (__m512bh)_mm512_loadu_si512(q + g * q_head + c), kc);
+    }
+    for (int g = 0; g < NG; ++g) s[g * stride + j] = scale * _mm512_reduce_add_ps(acc[g]);
+  }
+}
+#else
+constexpr bool kHaveDpBf16 = false;
+#endif
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 // AMX (Sapphire Rapids and later, where the compiler targets it): the K pass of a bf16 cache as tile products.
 // For 16 tokens and one KV head, scores[16 x G] = K[16 x 32 dims] . Q^T[32 dims x G] is one tdpbf16ps per 32
