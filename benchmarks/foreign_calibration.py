@@ -27,7 +27,7 @@ from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results  # noqa: E402
-from llmbench.results import load_records, load_results  # noqa: E402
+from llmbench.results import RunFiles, load_records, load_results  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
 KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -102,10 +102,16 @@ def _only(folder: Path, labels: list[str]) -> Path:
 
     out = Path(tempfile.mkdtemp()) / folder.name
     out.mkdir()
-    for path in folder.iterdir():
-        if path.name == "metadata.json" or any(path.name.startswith(label + ".") for label in labels):
+    wanted = {"metadata.json"} | {p.name for label in labels for p in _files(folder, label)}
+    for path in folder.iterdir():  # by whole name: label rate-1 must not take rate-1.5's files
+        if path.name in wanted:
             shutil.copy(path, out / path.name)
     return out
+
+
+def _files(folder: Path, label: str) -> tuple[Path, ...]:
+    files = RunFiles(folder, label)
+    return files.result, files.records, files.server_metrics, files.engine_steps
 
 
 if __name__ == "__main__":

@@ -364,3 +364,22 @@ def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale
     cal = calibrate(tmp_path, rep.setup.model, rep.setup.shape, rates=2)
     assert cal.scale == pytest.approx(2.0, rel=0.15) and cal.prefill_scale == pytest.approx(0.25, rel=0.3)
     assert cal.request_overhead < 0.05
+
+
+def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
+    """The calibration subset matches whole file names: naming rate-1 must not bring rate-1.5's files, a rate
+    the benchmark then predicts, into the calibration."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "foreign_calibration.py"
+    spec = importlib.util.spec_from_file_location("foreign_calibration", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "metadata.json").write_text("{}")
+    for label in ("rate-1", "rate-1.5", "rate-10", "rate-2.5"):
+        for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl"):
+            (tmp_path / f"{label}{suffix}").write_text("{}")
+    subset = module._only(tmp_path, ["rate-1", "rate-2.5"])
+    assert sorted(p.name for p in subset.iterdir()) == sorted(
+        ["metadata.json"] + [f"{label}{suffix}" for label in ("rate-1", "rate-2.5")
+                             for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl")])
