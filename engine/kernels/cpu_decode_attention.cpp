@@ -196,8 +196,8 @@ void weigh_values(const T* v_cache, const int32_t* table, int64_t len, int64_t b
     for (int64_t d = 0; d < dim; ++d) out[hq * dim + d] *= norm[hq];
 }
 
-// q is widened to fp32 per sequence (or read as it is for vdpbf16ps, or packed for AMX), and the output rounded to q's dtype at the
-// end, inside the task.
+// q is widened to fp32 per sequence (or read as it is for vdpbf16ps, or packed for AMX), and the output rounded
+// to q's dtype at the end, inside the task.
 template <typename T, typename Q>
 void decode(const Q* q, int64_t q_token, int64_t q_head, const T* k_cache, const T* v_cache, const int32_t* tables,
             const int32_t* lens, Q* out, int64_t batch, int64_t heads, int64_t kv_heads, int64_t dim,
