@@ -102,16 +102,11 @@ def _only(folder: Path, labels: list[str]) -> Path:
 
     out = Path(tempfile.mkdtemp()) / folder.name
     out.mkdir()
-    wanted = {"metadata.json"} | {p.name for label in labels for p in _files(folder, label)}
-    for path in folder.iterdir():  # by whole name: label rate-1 must not take rate-1.5's files
-        if path.name in wanted:
+    # by whole name: label rate-1 must not take rate-1.5's files
+    for path in [folder / "metadata.json", *(p for label in labels for p in RunFiles(folder, label).plain_files)]:
+        if path.exists():
             shutil.copy(path, out / path.name)
     return out
-
-
-def _files(folder: Path, label: str) -> tuple[Path, ...]:
-    files = RunFiles(folder, label)
-    return files.result, files.records, files.server_metrics, files.engine_steps
 
 
 if __name__ == "__main__":

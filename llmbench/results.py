@@ -83,6 +83,11 @@ class RunFiles:
     def locust_log(self) -> Path:
         return self.folder / f"{self.label}.locust-master.log"
 
+    @property
+    def plain_files(self) -> tuple[Path, ...]:
+        """Every file of this label apart from the Locust folder."""
+        return self.result, self.records, self.server_metrics, self.engine_steps, self.locust_log
+
 
 def worker_records(folder: Path, worker: str) -> Path:
     return Path(folder) / f"{worker}.records.jsonl"
@@ -123,7 +128,7 @@ def clear_labels(folder: Path | str, labels: list[str]) -> None:
     """--overwrite: every file of those labels goes, so no old record is counted with the new ones."""
     for label in labels:
         files = RunFiles(Path(folder), label)
-        for path in (files.result, files.records, files.server_metrics, files.engine_steps, files.locust_log):
+        for path in files.plain_files:
             path.unlink(missing_ok=True)
         shutil.rmtree(files.locust_dir, ignore_errors=True)
 
