@@ -171,8 +171,8 @@ def workload(o: dict, options: dict):
 
 @plan_command.command("validate")
 @click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H", "M4", "M5", "V", "G"]),
-              help="Only these sources: A-E planning.md §9, M4 MLPerf v4.1 (tuning); H TensorRT-LLM's other rows, "
-                   "M5 MLPerf v5.1, V a vLLM 0.14 rate sweep, G GPUStack's MoE bursts (held out).")
+              help="Only these sources: A-E planning.md §9, M4 MLPerf v4.1, M5 MLPerf v5.1 (tuning); H TensorRT-LLM's "
+                   "other rows, V a vLLM 0.14 rate sweep, G GPUStack's MoE bursts (held out).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
 def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
     """Every published row put to the planner, predicted beside published: the tuning half (the sources the
@@ -190,7 +190,7 @@ def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
     console = terminal()  # wide when piped: a case and its band stay on one line
     rows = [r for case in track(cases, description="simulating", console=console, transient=True)
             for r in validate([case])]
-    table = Table(title="llmbench plan validate — tuning sources (A-E, M4) and held-out sources (H, M5, V, G)")
+    table = Table(title="llmbench plan validate — tuning sources (A-E, M4, M5) and held-out sources (H, V, G)")
     for col in ("case", "metric", "published", "predicted", "error", "band"):
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")
     for r in rows:

@@ -22,10 +22,10 @@ def kind(metric: str) -> str:
     return KIND.get(metric, "p99" if metric.startswith("p99_") else "latency")
 
 
-# rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors; TensorRT-LLM's other rows (H, held_out.py),
-# MLPerf v5.1 (M5, mlperf.py), a vLLM 0.14 rate sweep (V, rate_sweep.py) and GPUStack's MoE bursts (G,
-# burst_runs.py) were read only after, never tuned on
-HELD_OUT = ("H", "M5", "V", "G")
+# rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors, MLPerf v5.1 (M5, mlperf.py) the knee exponent
+# with them; TensorRT-LLM's other rows (H, held_out.py), a vLLM 0.14 rate sweep (V, rate_sweep.py) and GPUStack's
+# MoE bursts (G, burst_runs.py) were read only after, never tuned on
+HELD_OUT = ("H", "V", "G")
 SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview (section 9 rows)",
            "C": "NIM 1.8 benchmarks", "D": "Databricks blog", "E": "llm-d memory results",
            "M4": "MLPerf Inference v4.1", "H": "TensorRT-LLM perf overview (other rows)",

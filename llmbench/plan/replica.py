@@ -71,7 +71,9 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         return plan_memory(model, gpu, mem.tp, **kw | {"engine": grid_engine}).kv_tokens
 
     notes = [f"GPU {gpu.name}: {gpu.source}", "; ".join(filter(None, (band_note, bands.NOTES[cls]))),
-             "tail terms: per-operator roofline (a large batch's KV read adds to its compute-bound GEMMs); "
+             "tail terms: per-operator roofline (a large batch's KV read adds to its compute-bound GEMMs); knee (an "
+             f"operator's memory and compute times meet as a p-norm, p = {roof.knee_p:g}, so steps grow with the queue "
+             "under load); "
              "saturation (no rate at or past the full-batch throughput: its queue grows without bound); latencies "
              "at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
