@@ -23,7 +23,7 @@ MIN_WINDOW, MAX_WINDOW = 15.0, 180.0  # seconds of arrivals per rate when the sw
 PROBE_REQUESTS = 8  # sent at once before the first rate, to size the window to the server's latency
 KEPT_UP = 0.9  # after the ramp-up, completions below this fraction of arrivals: falling behind
 IN_FLIGHT_GROWTH = 1.25  # ... and requests in flight this much higher at the end of the window than after ramp-up
-IN_FLIGHT_SIGMA = 3.0  # ... by this many times the noise of a count of requests in flight
+IN_FLIGHT_SIGMA = 3.0  # ... by this many standard deviations of that rise with the latencies shuffled
 LATENCY_GROWTH = 1.5  # ... or latency per token this much higher for the last third's arrivals than mid-run
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 130
