@@ -135,8 +135,8 @@ def test_run_replays_one_poisson_draw_of_a_rate_profile(tmp_path, tiny_model):
 def test_disaggregation_reproduces_a_published_comparison(tmp_path):
     """AIConfigurator's README: Qwen3-32B-FP8 on H200, ISL 4000 / OSL 500, TTFT <= 300 ms, TPOT <= 10 ms:
     disaggregated 684.8 vs aggregated 410.2 output tok/s per GPU (its latencies are typical ones, so the SLO is
-    put to the median here). Both figures inside the dense throughput band a plan prints (the pools' at -25 %
-    since the knee term, -20 % before it; colocated -10 %), and the pools win, on the day too."""
+    put to the median here). Both figures inside the dense throughput band a plan prints (pools -26 % and
+    colocated -16 % since the knee term, -20 % and -10 % before it), and the pools win, on the day too."""
     out = tmp_path / "pd.json"
     profile = tmp_path / "day.csv"
     profile.write_text("time,qps\n0,2\n3600,20\n7200,4\n")

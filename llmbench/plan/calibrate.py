@@ -91,11 +91,14 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     scale = bisect(lambda x: simulated(x, prefill)[0] >= measured_tpot, *SCALE_RANGE)
     slope = _ttft_slope(runs[:1])
     if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
-        for _ in range(2):
+        for _ in range(ROUNDS):  # the compute part adds to every step, so each fit moves the other's
+            before = (scale, prefill)
             prefill = bisect(lambda x, s=scale: _ttft_slope(list(replay(replace(roof.scaled(s), prefill_scale=x),
                                                                      runs[:1])), simulated=True) >= slope,
                              *PREFILL_RANGE, steps=16)
             scale = bisect(lambda x, p=prefill: simulated(x, p)[0] >= measured_tpot, *SCALE_RANGE)
+            if abs(scale / before[0] - 1) < 0.01 and abs(prefill / before[1] - 1) < 0.01:
+                break
     sim_tpot, sim_ttft = simulated(scale, prefill)
     measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
     return Calibration(scale, max(measured_ttft - sim_ttft, 0.0), tuple(label for label, _ in runs),
@@ -103,6 +106,7 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
 
 
 PREFILL_RANGE = (1e-3, 1e3)
+ROUNDS = 8  # alternate the two fits until neither factor moves by 1 %
 
 
 def _ttft_slope(runs: list, simulated: bool = False) -> float | None:
