@@ -107,9 +107,9 @@ def derive(rows: list[dict], coverage: float = 0.9, pad: float = 0.02) -> dict[s
     """Bands from validation rows: per class and kind, the central `coverage` of the held-out errors, stretched
     to hold zero (a band says how far the planner has erred, not that it must), padded and rounded out to 5 %.
     Where fewer than MIN_SOURCES held-out sources have figures of a class and kind, one source's bias would set
-    the band (a vLLM 0.14 sweep alone gave dense latencies -10 %/+45 % while MLPerf's tuning rows miss by -80 %),
-    so the band takes every source's errors, tuning rows included; a class and kind with no figure at all is
-    left out (BANDS says what it borrows)."""
+    the band (a vLLM 0.14 sweep alone gives dense latencies -5 %/+50 %, while MLPerf's tuning rows below the
+    knee miss by -60 % to +55 %), so the band takes every source's errors, tuning rows included; a class and
+    kind with no figure at all is left out (BANDS says what it borrows)."""
     tail = (1 - coverage) / 2 * 100
     out: dict[str, dict[str, Band]] = {}
     for r in rows:

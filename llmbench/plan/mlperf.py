@@ -4,7 +4,8 @@ state. Both rounds are tuning sources: **v4.1** (`mlcommons/inference_results_v4
 **v5.1** (`mlcommons/inference_results_v5.1`) held out until the `knee` term (roofline.py), whose exponent chosen
 on v4.1 alone (p = 1, the sum) predicted v5.1's Interactive runs, the only ones with a 256-token step budget,
 saturated (capacity -42 %, P99 TTFT +1,150 %); v5.1 then joined the tuning half so that the exponent is
-chosen over both scenarios, and the held-out half is the sources never tuned on (published.HELD_OUT).
+chosen over both scenarios (the sum again, once the LM head's FLOPs were counted right), and the held-out half is
+the sources never tuned on (published.HELD_OUT).
 
 Each row is a system of `gpus` GPUs serving `gpus / tp` independent replicas (LoadGen spreads the load over
 them), so the planner simulates one replica and multiplies. Per system: Offline output tokens/s (every sample at
