@@ -119,6 +119,7 @@ def test_a_backlog_that_a_higher_rate_kept_up_with_is_not_the_capacity(scripted,
     assert "28 req/s, measured later, kept up" in first["backlog_passed"]
     assert "backlog passed" in r.output and "20 req/s is not counted saturated" in r.output
     assert "saturated" not in (out / "summary.csv").read_text().splitlines()[1].split(",")[-2:]
+    assert "rate-20: not saturated: completions kept up with" in (out / "report.html").read_text()
 
 
 def test_only_a_backlog_a_later_higher_rate_kept_up_with_passes():

@@ -80,7 +80,8 @@ def summary_rows(results: list[dict], slos: dict[str, float], metrics: tuple[str
         median = r.get("median_ttft_ms") or 0
         ratio = r["p99_ttft_ms"] / median if median else None
         cells.append((_fmt(ratio, 2), tail_warning(r, slos) is not None))
-        rows.append({"label": r["label"], "cells": cells, "notes": r.get("notes") or [],
+        passed = [f"not saturated: {r['backlog_passed']}"] if r.get("backlog_passed") else []
+        rows.append({"label": r["label"], "cells": cells, "notes": (r.get("notes") or []) + passed,
                      "saturated": r.get("saturated")})
     return rows
 
