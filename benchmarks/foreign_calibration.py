@@ -12,7 +12,6 @@ Sweeps come from `llmbench sweep --base-url http://...` against the server (peer
 from __future__ import annotations
 
 import dataclasses
-import platform
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results  # noqa: E402
-from llmbench.results import RunFiles, load_records, load_results  # noqa: E402
+from llmbench.results import RunFiles, describe_machine, load_records, load_results  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
 KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -65,7 +64,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=len(labels))
     sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
-    print(f"machine: {platform.processor() or platform.machine()}; {cal.describe()}")
+    print(f"machine: {describe_machine()}; {cal.describe()}")
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))
     errors = {k: [] for k in KEYS}
     measured_by_rate: dict[float, list[dict]] = {}

@@ -8,7 +8,6 @@ prefix cache before each rate (each rate sends the same seeded sample); on a slo
 
 from __future__ import annotations
 
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from bundled.modelbuild import build_model  # noqa: E402
 from llmbench.arrivals import parse_rates  # noqa: E402
 from llmbench.plan.validate import self_check  # noqa: E402
-from llmbench.results import label_for, load_results  # noqa: E402
+from llmbench.results import describe_machine, label_for, load_results  # noqa: E402
 
 
 @click.command()
@@ -47,7 +46,7 @@ def main(rates: str, duration: float, out: str, model: str | None, skip_sweep: b
         raise SystemExit(f"only {len(labels)} rates measured in {out}; give lower --rates")
     calibrate, predict = labels[0::2], labels[1::2]
     rows = self_check(Path(out), calibrate, predict)
-    print(f"\nmachine: {platform.processor() or platform.machine()}; calibrated on {', '.join(calibrate)}")
+    print(f"\nmachine: {describe_machine()}; calibrated on {', '.join(calibrate)}")
     print(f"{'rate':>6} {'P99 TTFT ms meas/sim':>24} {'err':>7} {'P99 TPOT ms meas/sim':>24} {'err':>7} "
           f"{'out tok/s meas/sim':>22} {'err':>7}")
     worst = 0.0

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from llmbench import results
 from llmbench.cli import main
 from llmbench.records import read_records
 
@@ -35,6 +36,7 @@ def test_run_writes_results(scripted, tmp_path, tiny_model):
     assert (out / "rate-20.server_metrics.jsonl").read_text()
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["dataset"]["name"] == "sharegpt" and meta["target"]["model"] == "scripted"
+    assert set(meta["machine"]["isa"]) <= set(results.ISA) and "cpu_model" in meta["machine"]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["label"]) == ["rate-20"]
 
@@ -241,3 +243,16 @@ def test_engine_commands_name_themselves_llmbench():
         proc = subprocess.run([sys.executable, "-m", "llmbench.cli", command, "--help"], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 0 and proc.stdout.startswith(f"Usage: llmbench {command} "), proc.stdout[:200]
+
+
+def test_the_machine_names_its_cpu_and_extensions(tmp_path):
+    """Figures differ between CPU kinds, so every results folder says which one took them."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+                    "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    got = results.machine(info)
+    assert got["cpu_model"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert got["isa"] == ["amx_bf16", "avx512_bf16", "avx512f", "avx2"]
+    assert "Xeon" in results.describe_machine(got) and "amx_bf16, avx512_bf16" in results.describe_machine(got)
+    missing = results.machine(tmp_path / "absent")
+    assert missing["cpu_model"] is None and missing["isa"] == []
