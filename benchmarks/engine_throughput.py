@@ -13,7 +13,6 @@ fraction of the run the device was busy, and the machine.
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from bundled.sharegpt import load as load_sharegpt  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from llmbench.datasets import sharegpt  # noqa: E402
+from llmbench.results import machine  # noqa: E402
 
 
 def matmul_ceiling(dtype: str = "float32") -> float:
@@ -177,13 +177,6 @@ def resolve_dtype(dtype: str, model_dir: Path, device: str) -> str:
     return chosen
 
 
-def cpu_model() -> str:
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                platform.processor() or platform.machine())
-
-
 def median(xs: list[float]) -> float:
     xs = sorted(xs)
     return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
@@ -223,12 +216,11 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
         nano_vllm_workload(vocab, num_prompts, seed, nano_max_len)
     n_in = sum(len(p) for p, _ in reqs)
     n_out = sum(o for _, o in reqs)
-    from engine.layers.cpu_dtype import cpu_flags
-
-    isa = [f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512f", "avx2") if f in cpu_flags()]
+    host = machine()
     gpu = f", {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""
-    print(f"machine: {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, cpu capability "
-          f"{torch.backends.cpu.get_cpu_capability()}{gpu}; ISA {', '.join(isa) or 'unknown'}")
+    print(f"machine: {host['cpu_model'] or host['processor']}, {torch.get_num_threads()} threads, torch "
+          f"{torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}{gpu}; ISA "
+          f"{', '.join(host['isa']) or 'unknown'}")
     what = "ShareGPT requests (vLLM rules" if workload == "sharegpt" else "nano-vllm requests (lengths 100..1024"
     print(f"workload: {num_prompts} {what}, seed {seed}), {n_in} prompt + {n_out} output tokens, {model_size} "
           "model, ignore_eos\n")

@@ -25,6 +25,7 @@ KEPT_UP = 0.9  # after the ramp-up, completions below this fraction of arrivals:
 IN_FLIGHT_GROWTH = 1.25  # ... and requests in flight this much higher at the end of the window than after ramp-up
 IN_FLIGHT_SIGMA = 3.0  # ... by this many standard deviations of that rise with the latencies shuffled
 LATENCY_GROWTH = 1.5  # ... or latency per token this much higher for the last third's arrivals than mid-run
+BACKLOG = "saturated: "  # how a verdict resting on a backlog begins (one resting on failures does not)
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 
@@ -128,7 +129,7 @@ def saturation(current: dict, max_failure_rate: float = 0.05) -> str | None:
             and (key != "in_flight_growth" or (current.get("in_flight_rise_sigma") or 0) >= IN_FLIGHT_SIGMA)]
     if not grew:
         return None
-    return (f"saturated: completions kept up with {kept_up:.0%} of arrivals ({kept_up * rate:.3g} of {rate:g} "
+    return (f"{BACKLOG}completions kept up with {kept_up:.0%} of arrivals ({kept_up * rate:.3g} of {rate:g} "
             f"req/s) and {' and '.join(grew)} while requests arrived")
 
 
@@ -150,12 +151,11 @@ def passed_backlogs(rows: list[dict]) -> list[dict]:
 
     changed = []
     for i, row in enumerate(rows):
-        if not str(row.get("saturated") or "").startswith("saturated:"):  # failures are not a backlog
+        if not str(row.get("saturated") or "").startswith(BACKLOG):
             continue
-        later = [r for r in rows[i + 1:] if kept_up(r) and r["request_rate"] > row["request_rate"]]
-        if later:
-            higher = later[0]
-            row["backlog_passed"] = (f"{row['saturated'].removeprefix('saturated: ')}; but "
+        higher = next((r for r in rows[i + 1:] if kept_up(r) and r["request_rate"] > row["request_rate"]), None)
+        if higher:
+            row["backlog_passed"] = (f"{row['saturated'].removeprefix(BACKLOG)}; but "
                                      f"{higher['request_rate']:g} req/s, measured later, kept up with "
                                      f"{higher['kept_up']:.0%}: a backlog that passed, not the server's capacity")
             row["saturated"] = None
