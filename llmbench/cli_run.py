@@ -195,7 +195,7 @@ def finish(plan: SweepPlan, outcome: SweepOutcome, report: bool) -> None:
         except OSError as err:
             console.print(f"report not written: {err.strerror or err}")
     console.print(f"results: {plan.out}")
-    console.print(answer_line(outcome.capacity, plan.slo, outcome.target_down_at), highlight=False)
+    console.print(answer_line(outcome.capacity, plan.slo, outcome.target_down_at, outcome.rows), highlight=False)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # held since the first Ctrl-C: all is written now
     if outcome.exit_code:
         sys.exit(outcome.exit_code)

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmbench.runner import Progress as RunProgress
-from llmbench.slo import SLO, Capacity
+from llmbench.slo import SLO, Capacity, unpaced_sentence
 from llmbench.sweep import View
 from llmbench.target import Target
 
@@ -194,7 +194,8 @@ def fmt_cell(value, fmt: str | None) -> str:
     return fmt.format(value) if fmt else str(value)
 
 
-def answer_line(cap: Capacity | None, slo: SLO, target_down_at: float | None = None) -> str:
+def answer_line(cap: Capacity | None, slo: SLO, target_down_at: float | None = None,
+                rows: list[dict] | None = None) -> str:
     """The answer; after a target that stopped answering, only from the rates measured before it, and never
     advice to sweep lower rates when the server, not the load, ended the sweep."""
     if target_down_at is not None:
@@ -203,5 +204,6 @@ def answer_line(cap: Capacity | None, slo: SLO, target_down_at: float | None = N
             return f"{died}; no earlier rate met the SLO ({slo.describe()}): check the server, then sweep again"
         return f"{died}; before it: {cap.sentence(slo)}"
     if cap is None:
-        return "no finite rate was measured, so there is no per-replica answer (run `llmbench sweep --rate a..b`)"
+        return unpaced_sentence(rows or [], slo) or \
+            "no finite rate was measured, so there is no per-replica answer (run `llmbench sweep --rate a..b`)"
     return cap.sentence(slo)

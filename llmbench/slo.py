@@ -103,6 +103,25 @@ class Capacity:
         return f"sustains {self.rate:.3g} req/s per replica under {slo.describe()} ({self.note})"
 
 
+def unpaced_sentence(rows: list[dict], slo: SLO) -> str | None:
+    """The answer of a run that paced no arrivals (a closed loop at --max-concurrency, or every request at once,
+    as `vllm bench serve` does by default): what the server completed and how much of it met the SLO. No
+    per-replica rate can be read from such a run, so the sentence says how to get one."""
+    runs = [r for r in rows if r.get("request_rate") in ("inf", None) and r.get("completed")
+            and not r.get("interrupted")]
+    if not runs:
+        return None
+    parts = []
+    for r in runs:
+        how = (f"{r['max_concurrency']} in flight (closed loop)" if r.get("max_concurrency")
+               else f"all {r['completed'] + r.get('failed', 0)} requests at once")
+        met = r.get("slo_attainment")
+        parts.append(f"at {how} the server completed {r['request_throughput']:.3g} req/s, "
+                     f"{r['output_throughput']:,.0f} output tok/s, P99 TTFT {r['p99_ttft_ms']:,.0f} ms, P99 TPOT "
+                     f"{r['p99_tpot_ms']:.1f} ms" + (f"; {slo.describe()} met by {met:.1%}" if met is not None else ""))
+    return "; ".join(parts) + " (a per-replica rate needs paced arrivals: `llmbench sweep --rate a..b`)"
+
+
 def lower_rates(lowest: float) -> str:
     """A `--rate` range below a rate that already missed the SLO."""
     return f"{max(lowest / 10, 0.1):.2g}..{lowest:g}"

@@ -256,3 +256,25 @@ def test_the_machine_names_its_cpu_and_extensions(tmp_path):
     assert "Xeon" in results.describe_machine(got) and "amx_bf16, avx512_bf16" in results.describe_machine(got)
     missing = results.machine(tmp_path / "absent")
     assert missing["cpu_model"] is None and missing["isa"] == []
+
+
+def test_a_run_without_paced_arrivals_answers_with_what_it_measured(scripted, tmp_path, tiny_model):
+    """A closed loop (`--max-concurrency`) or every request at once has no per-replica rate to report, but its
+    last line still says what the server did and whether the SLO held, in the terminal and the report."""
+    server = scripted("--ttft-ms", "10", "--itl-ms", "2")
+    out = tmp_path / "closed"
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--max-concurrency", "3",
+               "--num-prompts", "9", "--output-len", "6", "--out", str(out), "--no-progress", "--slo", "ttft=1s")
+    assert r.exit_code == 0, r.output
+    last = r.output.strip().splitlines()[-1]
+    row = json.loads((out / "rate-inf-c3.json").read_text())
+    assert last.startswith(f"at 3 in flight (closed loop) the server completed {row['request_throughput']:.3g} req/s, "
+                           ), last
+    assert "P99 TTFT <= 1 s met by 100.0%" in last and last.endswith("`llmbench sweep --rate a..b`)")
+    assert invoke("report", str(out)).exit_code == 0
+    assert "3 in flight (closed loop) the server completed" in (out / "report.html").read_text()
+    r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "inf", "--num-prompts",
+               "5", "--output-len", "6", "--out", str(tmp_path / "burst"), "--no-progress", "--slo", "ttft=1ms")
+    assert r.exit_code == 0, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("at all 5 requests at once the server completed") and "met by 0.0%" in last, last
