@@ -16,10 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.kernel_timing import median_seconds
+from engine.layers.kernel_timing import time_ratios
 
 log = logging.getLogger(__name__)
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+ROWS = (1, 16, 64, 256)  # a decode tail to a full batch
 _DECIDED: dict[tuple[int, int, torch.dtype], tuple[bool, str]] = {}  # one timing per shape per process: engines agree
 
 
@@ -54,14 +55,13 @@ def pack_model(model: nn.Module, force: bool = False) -> str:
         try:
             packed = OneDNNLinear(probe)
             with torch.inference_mode():
-                timings = {name: sum(median_seconds(fn, torch.randn(rows, probe.in_features, dtype=dtype)) for rows in (1, 64, 256))
-                           for name, fn in (("onednn", packed), ("torch", lambda x: F.linear(x, probe.weight)))}
+                mean, ratios = time_ratios(packed, lambda x: F.linear(x, probe.weight),
+                                           [torch.randn(rows, probe.in_features, dtype=dtype) for rows in ROWS])
         except (RuntimeError, NotImplementedError) as err:
             return f"F.linear (oneDNN packing failed: {str(err).splitlines()[0]})"
-        _DECIDED[key] = (timings["onednn"] < timings["torch"],
-                         f"oneDNN {timings['onednn'] * 1e3:.3f} ms vs F.linear {timings['torch'] * 1e3:.3f} ms on "
-                         f"[{probe.out_features}x{probe.in_features}] {str(dtype).removeprefix('torch.')} (1 + 64 + 256 rows, "
-                         "medians)")
+        _DECIDED[key] = (mean < 1, f"oneDNN takes {mean:.2f}x F.linear's time on [{probe.out_features}x"
+                         f"{probe.in_features}] {str(dtype).removeprefix('torch.')} (geometric mean of medians at "
+                         f"{' / '.join(map(str, ROWS))} rows: {' / '.join(f'{r:.2f}' for r in ratios)})")
     faster, why = _DECIDED[key]
     if not faster and not force:
         return f"F.linear ({why})"
