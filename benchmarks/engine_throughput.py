@@ -197,8 +197,8 @@ def median(xs: list[float]) -> float:
               help="One or more, comma-separated (float32,auto: both, like for like). auto: what the engine's "
                    "--dtype auto picks for this model here (vLLM and transformers get it too).")
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(1),
-              help="Run engine continuous and vLLM this many times, alternating, and compare medians: on a shared "
-                   "machine the load drifts between two runs a minute apart.")
+              help="Run every system this many times, alternating, and compare medians (the matmul ceiling: the "
+                   "best reading): on a shared machine the load drifts between two runs a minute apart.")
 @click.option("--kv-cache-memory", default=4 * 2**30, show_default=True, type=int)
 @click.option("--sdpa-ablation/--no-sdpa-ablation", default=True, show_default=True,
               help="CPU: also run continuous batching with gather + SDPA decodes instead of the C++ kernel.")
@@ -258,8 +258,10 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
         configs |= {f"{name}, eager": {**flags, "enforce_eager": True} for name, flags in
                     [("engine continuous", {"max_num_seqs": 256}), *configs.items()]}
     pairs: dict[str, list[float]] = {"engine continuous": [], "vLLM CPU offline": []}
+    others: dict[str, list[float]] = {name: [] for name in configs}
+    readings: dict[str, list[float]] = {}  # matmul ceilings, read once per round: the best is the least disturbed
     step_figures = []
-    for _ in range(repeats):  # the two compared most closely alternate, so drift in the load hits both
+    for _ in range(repeats):  # every engine system and vLLM alternate, so drift in the load hits them all
         pairs["engine continuous"].append(run_engine(model_dir, reqs, "engine continuous", max_num_seqs=256,
                                                      **where))
         step_figures.append(STEP_FIGURES["engine continuous"])
@@ -269,11 +271,14 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
             except RuntimeError as err:  # a peer failing must not lose what was measured
                 print(err)
                 vllm_python = None
-    runs = {name: median(times) for name, times in pairs.items() if times}
+        for name, flags in configs.items():
+            others[name].append(run_engine(model_dir, reqs, name, **flags, **where))
+        if device == "cpu":
+            for d in dict.fromkeys(["float32", dtype]):
+                readings.setdefault(d, []).append(matmul_ceiling(d))
+    runs = {name: median(times) for name, times in (pairs | others).items() if times}
     times = pairs["engine continuous"]  # host figures of the run at (or just below) the median
     STEP_FIGURES["engine continuous"] = step_figures[sorted(range(repeats), key=times.__getitem__)[(repeats - 1) // 2]]
-    for name, flags in configs.items():
-        runs[name] = run_engine(model_dir, reqs, name, **flags, **where)
     hf_reqs = reqs[:hf_num_prompts] if hf_num_prompts else reqs
     hf_scale = sum(o for _, o in reqs) / sum(o for _, o in hf_reqs)  # seconds as if it had done every request
     for bs in (int(b) for b in hf_batch_sizes.split(",") if b):
@@ -281,8 +286,7 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
 
     best_hf = min((t for k, t in runs.items() if k.startswith("transformers")), default=None)
     cont = runs["engine continuous"]
-    print(f"\n--dtype {dtype}" + (f" (medians of {repeats} alternating runs of engine continuous and vLLM)"
-                                   if repeats > 1 else ""))
+    print(f"\n--dtype {dtype}" + (f" (medians of {repeats} alternating runs of every system)" if repeats > 1 else ""))
     print(f"{'system':<40}{'seconds':>9}{'output tok/s':>14}{'total tok/s':>13}{'continuous ×':>14}"
           f"{'host ms/step':>14}{'busy':>7}")
     for name, t in runs.items():
@@ -293,16 +297,21 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
         if step["host_ms_full_decode"] is not None:
             print(f"{name}: host time per decode step with a full batch {step['host_ms_full_decode']:.2f} ms")
     achieved = flops(model_dir, reqs) / cont
-    ceilings = {d: matmul_ceiling(d) for d in dict.fromkeys(["float32", dtype])} if device == "cpu" else {}
+    ceilings = {d: max(r) for d, r in readings.items()}
     if ceilings:
-        print("matmul ceilings now (2048³): " + ", ".join(f"{d} {c / 1e9:.0f} GFLOP/s" for d, c in ceilings.items()))
+        print(f"matmul ceilings (2048³, best of {repeats} reading{'s' * (repeats > 1)}, one per round): "
+              + ", ".join(f"{d} {c / 1e9:.0f} GFLOP/s" for d, c in ceilings.items())
+              + (f" (readings {'; '.join(d + ' ' + ', '.join(f'{x / 1e9:.0f}' for x in r) for d, r in readings.items())})"
+                 if repeats > 1 else ""))
     ceiling = ceilings.get(dtype)
     print(f"engine continuous: {achieved / 1e9:.0f} GFLOP/s"
           + (f" = {achieved / ceiling:.0%} of this machine's {ceiling / 1e9:.0f} GFLOP/s {dtype} matmul ceiling "
-             "(measured now)" if ceiling else ""))
+             "(measured in this run)" if ceiling else ""))
     for name, t in runs.items():
         if name.startswith("engine static"):
-            print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 1.5)")
+            by_run = [s / c for c, s in zip(pairs["engine continuous"], others[name], strict=True)]
+            print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 1.5)"
+                  + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
     if best_hf:
