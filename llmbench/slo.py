@@ -171,11 +171,17 @@ def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
     for r in results:
         if r.get("request_rate") in ("inf", None) or r.get("interrupted") or r.get("target_down"):
             continue
-        rows = frame[frame["label"] == r["label"]] if not frame.empty else frame
-        if "warmup" in rows:
-            rows = rows[~rows["warmup"].astype(bool)]
-        ttfo = rows.get("ttfo_bound")
-        good = good_mask(rows["ttft"], rows["tpot"], rows["latency"], rows["success"], slo, ttfo) if len(rows) else []
-        points.append({"rate": float(r["request_rate"]), "attainment": float(np.mean(good)) if len(rows) else 0.0,
+        points.append({"rate": float(r["request_rate"]), "attainment": attained(frame, r["label"], slo) or 0.0,
                        "saturated": bool(r.get("saturated")), "kept_up": r.get("kept_up"), "label": r["label"]})
     return points
+
+
+def attained(frame, label: str, slo: SLO) -> float | None:
+    """The share of one result's measured requests (warm-up excluded) within `slo`; None when it has none."""
+    rows = frame[frame["label"] == label] if not frame.empty else frame
+    if "warmup" in rows:
+        rows = rows[~rows["warmup"].astype(bool)]
+    if not len(rows):
+        return None
+    return float(np.mean(good_mask(rows["ttft"], rows["tpot"], rows["latency"], rows["success"], slo,
+                                   rows.get("ttfo_bound"))))

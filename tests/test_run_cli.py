@@ -273,6 +273,8 @@ def test_a_run_without_paced_arrivals_answers_with_what_it_measured(scripted, tm
     assert "P99 TTFT <= 1 s met by 100.0%" in last and last.endswith("`llmbench sweep --rate a..b`)")
     assert invoke("report", str(out)).exit_code == 0
     assert "3 in flight (closed loop) the server completed" in (out / "report.html").read_text()
+    assert invoke("report", str(out), "--slo", "ttft=1ms").exit_code == 0  # the share under the SLO asked now
+    assert "P99 TTFT &lt;= 1 ms met by 0.0%" in (out / "report.html").read_text()
     r = invoke("run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "inf", "--num-prompts",
                "5", "--output-len", "6", "--out", str(tmp_path / "burst"), "--no-progress", "--slo", "ttft=1ms")
     assert r.exit_code == 0, r.output

@@ -11,7 +11,7 @@ import jinja2
 from llmbench import __version__
 from llmbench.report import plots
 from llmbench.results import load_metadata, load_records, load_results, load_server_metrics, records_path
-from llmbench.slo import SLO, attainment_points, capacity, unpaced_sentence
+from llmbench.slo import SLO, attained, attainment_points, capacity, unpaced_sentence
 from llmbench.target import quantization_mode
 
 HEADLINE = ["request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
@@ -35,7 +35,8 @@ def answer(results: list[dict], frame, slo: SLO) -> tuple[str, float | None]:
     """The sweep's answer in one sentence, and the knee: the highest measured rate that met the SLO."""
     points = attainment_points(results, frame, slo)
     if not points:
-        return unpaced_sentence(results, slo) or "no finite rate was measured, so there is no per-replica answer", None
+        unpaced = [r | {"slo_attainment": attained(frame, r["label"], slo)} for r in results]  # under this SLO
+        return unpaced_sentence(unpaced, slo) or "no finite rate was measured, so there is no per-replica answer", None
     cap = capacity(points, slo)
     return cap.sentence(slo), (cap.passing[-1] if cap.passing else None)
 
