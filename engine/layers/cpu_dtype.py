@@ -4,8 +4,8 @@ On a CPU, bf16 runs on AMX tiles or AVX512-BF16 (Intel Sapphire Rapids and later
 bf16 GEMM of the small model's shapes is 3-5x fp32's at the 64-256 rows serving batches, and the KV cache in
 bf16 halves the bytes a decode reads; without those instructions torch emulates bf16 and it is 3-6x slower
 (an AVX2 EPYC: ../shared/reference/peers.md). So the flags decide whether bf16 is a candidate, and timing the
-model's own widest linear at load decides whether it wins, against the fp32 path the engine would take
-(oneDNN packed or F.linear, whichever is faster), as the oneDNN choice itself is timed. A model too narrow
+model's own widest linear at load decides whether it wins, each dtype through the path the engine would take
+in it (oneDNN packed or F.linear, whichever is faster), as the oneDNN choice itself is timed. A model too narrow
 to gain (the tiny one) stays fp32.
 """
 
@@ -17,12 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.kernel_timing import median_seconds
+from engine.layers.kernel_timing import time_ratios
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 MARGIN = 1.2  # bf16 must beat fp32 by this much: it also costs accuracy
 MIN_HIDDEN = 256  # narrower models are call-overhead bound: bf16 cannot win by the margin (tiny: 1.08x)
-ROWS = (1, 64, 256)
 _DECIDED: dict[tuple[int, int], tuple[str, str]] = {}  # one timing per shape per process: engines agree
 
 
@@ -57,17 +56,20 @@ def resolve(requested: str, device: torch.device, hidden: int, intermediate: int
 
 
 def _timed(hidden: int, intermediate: int, isa: list[str]) -> tuple[str, str]:
-    from engine.layers.onednn_linear import OneDNNLinear
+    """bf16 against fp32, each through the path the engine would then take (oneDNN packed or F.linear, itself
+    chosen by timing), as the geometric mean of per-batch-size ratios: summed, the 256-row timing alone decides."""
+    from engine.layers.onednn_linear import ROWS, OneDNNLinear, packed_is_faster
 
-    linear = nn.Linear(hidden, intermediate, bias=False)
-    weight_bf16 = linear.weight.detach().bfloat16()
-    fp32_paths = [lambda x: F.linear(x, linear.weight)]
-    if torch.backends.mkldnn.is_available():
-        fp32_paths.append(OneDNNLinear(linear))
+    fp32 = nn.Linear(hidden, intermediate, bias=False)
+    bf16 = nn.Linear(hidden, intermediate, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        bf16.weight.copy_(fp32.weight)
+    paths = [OneDNNLinear(layer) if packed_is_faster(layer)[0] else (lambda x, w=layer.weight: F.linear(x, w))
+             for layer in (bf16, fp32)]
+    inputs = [torch.randn(rows, hidden) for rows in ROWS]
     with torch.inference_mode():
-        fp32 = min(sum(median_seconds(fn, torch.randn(rows, hidden)) for rows in ROWS) for fn in fp32_paths)
-        bf16 = sum(median_seconds(lambda x: F.linear(x, weight_bf16), torch.randn(rows, hidden).bfloat16())
-                   for rows in ROWS)
-    chosen = "bfloat16" if bf16 * MARGIN < fp32 else "float32"
-    return chosen, (f"auto: {chosen} (bfloat16 {bf16 * 1e3:.3f} ms vs float32 {fp32 * 1e3:.3f} ms on "
-                    f"[{intermediate}x{hidden}], 1 + 64 + 256 rows, medians; {', '.join(isa)})")
+        mean, ratios = time_ratios(paths[0], paths[1], [x.bfloat16() for x in inputs], inputs)
+    chosen = "bfloat16" if mean * MARGIN < 1 else "float32"
+    return chosen, (f"auto: {chosen} (bfloat16 takes {mean:.2f}x float32's time on [{intermediate}x{hidden}], "
+                    f"geometric mean of medians at {' / '.join(map(str, ROWS))} rows: "
+                    f"{' / '.join(f'{r:.2f}' for r in ratios)}; {', '.join(isa)})")

@@ -25,10 +25,13 @@ def median_seconds(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, 
 
 
 def time_ratios(candidate: Callable[[torch.Tensor], torch.Tensor], baseline: Callable[[torch.Tensor], torch.Tensor],
-                inputs: list[torch.Tensor]) -> tuple[float, list[float]]:
+                inputs: list[torch.Tensor], baseline_inputs: list[torch.Tensor] | None = None
+                ) -> tuple[float, list[float]]:
     """`candidate`'s median time over `baseline`'s on each input, and their geometric mean. Each batch size
     counts the same: a sum of times is the largest batch's alone, and at 256 rows two GEMM paths can sit
     within noise while one is 2-4x faster at the 1-16 rows of a decode tail (bf16 on an AMD Zen 5: a summed
-    timing chose F.linear in one run and oneDNN in the next)."""
-    ratios = [median_seconds(candidate, x) / median_seconds(baseline, x) for x in inputs]
+    timing chose F.linear in one run and oneDNN in the next). `baseline_inputs`: the same batch sizes in the
+    baseline's own dtype, where the two differ."""
+    ratios = [median_seconds(candidate, x) / median_seconds(baseline, y)
+              for x, y in zip(inputs, baseline_inputs or inputs, strict=True)]
     return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), ratios

@@ -37,6 +37,28 @@ class OneDNNLinear(nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
+def packed_is_faster(linear: nn.Linear) -> tuple[bool, str]:
+    """Whether OneDNNLinear beats F.linear on this layer's shape and dtype here, and the figures behind it
+    (timed once per shape and dtype per process)."""
+    dtype = linear.weight.dtype
+    key = (linear.out_features, linear.in_features, dtype)
+    if key in _DECIDED:
+        return _DECIDED[key]
+    if not torch.backends.mkldnn.is_available():
+        return False, "oneDNN not available"
+    try:
+        packed = OneDNNLinear(linear)
+        with torch.inference_mode():
+            mean, ratios = time_ratios(packed, lambda x: F.linear(x, linear.weight),
+                                       [torch.randn(rows, linear.in_features, dtype=dtype) for rows in ROWS])
+    except (RuntimeError, NotImplementedError) as err:
+        return False, f"oneDNN packing failed: {str(err).splitlines()[0]}"
+    _DECIDED[key] = (mean < 1, f"oneDNN takes {mean:.2f}x F.linear's time on [{linear.out_features}x"
+                     f"{linear.in_features}] {str(dtype).removeprefix('torch.')} (geometric mean of medians at "
+                     f"{' / '.join(map(str, ROWS))} rows: {' / '.join(f'{r:.2f}' for r in ratios)})")
+    return _DECIDED[key]
+
+
 def pack_model(model: nn.Module, force: bool = False) -> str:
     """Swap every plain fp32 or bf16 nn.Linear (not a tied LM head) for OneDNNLinear if that is faster here
     (or `force`); return what was decided and why."""
@@ -49,20 +71,7 @@ def pack_model(model: nn.Module, force: bool = False) -> str:
         return "F.linear (no fp32 or bf16 linear layers)"
     probe = max((child for *_, child in linears if child is not getattr(model, "lm_head", None)),
                 key=lambda m: m.weight.numel(), default=linears[0][2])
-    dtype = probe.weight.dtype
-    key = (probe.out_features, probe.in_features, dtype)
-    if key not in _DECIDED:
-        try:
-            packed = OneDNNLinear(probe)
-            with torch.inference_mode():
-                mean, ratios = time_ratios(packed, lambda x: F.linear(x, probe.weight),
-                                           [torch.randn(rows, probe.in_features, dtype=dtype) for rows in ROWS])
-        except (RuntimeError, NotImplementedError) as err:
-            return f"F.linear (oneDNN packing failed: {str(err).splitlines()[0]})"
-        _DECIDED[key] = (mean < 1, f"oneDNN takes {mean:.2f}x F.linear's time on [{probe.out_features}x"
-                         f"{probe.in_features}] {str(dtype).removeprefix('torch.')} (geometric mean of medians at "
-                         f"{' / '.join(map(str, ROWS))} rows: {' / '.join(f'{r:.2f}' for r in ratios)})")
-    faster, why = _DECIDED[key]
+    faster, why = packed_is_faster(probe)
     if not faster and not force:
         return f"F.linear ({why})"
     for parent, name, child in linears:

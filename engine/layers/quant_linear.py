@@ -19,10 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.kernel_timing import median_seconds
+from engine.layers.kernel_timing import time_ratios
 
 log = logging.getLogger(__name__)
 INNER_K_TILES = 2
+ROWS = (1, 16, 64, 256)  # a decode tail to a full batch, each weighed the same (kernel_timing.time_ratios)
 _DECIDED: dict[tuple, tuple[str, str]] = {}  # one timing per shape per process: engines agree
 
 
@@ -103,8 +104,8 @@ class QuantLinear(nn.Module):
 
 def choose_path(q: torch.Tensor, z: torch.Tensor | None, s: torch.Tensor, dtype: torch.dtype,
                 device: torch.device) -> tuple[str, str]:
-    """Time packed against dense on this layer's shape (one decode row and a 64-token chunk); return the
-    faster path and the figures behind the choice."""
+    """Time packed against dense on this layer's shape from a decode tail to a full batch; return the faster
+    path and the figures behind the choice."""
     key = (tuple(q.shape), z is None, dtype, device.type)
     if key not in _DECIDED:
         _DECIDED[key] = _time_paths(q, z, s, dtype, device)
@@ -121,11 +122,9 @@ def _time_paths(q: torch.Tensor, z: torch.Tensor | None, s: torch.Tensor, dtype:
     except (RuntimeError, NotImplementedError) as err:
         return "dense", f"packed kernels unavailable here ({str(err).splitlines()[0]})"
     with torch.inference_mode():
-        timings = {name: sum(median_seconds(layer, torch.randn(rows, q.shape[1], dtype=dtype, device=device))
-                             for rows in (1, 64))
-                   for name, layer in (("dense", dense), ("packed", packed))}
-    best = min(timings, key=timings.get)
-    why = (f"packed {timings['packed'] * 1e3:.3f} ms vs dense {timings['dense'] * 1e3:.3f} ms per call on "
-           f"[{q.shape[0]}x{q.shape[1]}] (1 + 64 rows, medians), cpu capability "
+        mean, ratios = time_ratios(packed, dense, [torch.randn(rows, q.shape[1], dtype=dtype, device=device)
+                                                   for rows in ROWS])
+    why = (f"packed takes {mean:.2f}x dense's time on [{q.shape[0]}x{q.shape[1]}] (geometric mean of medians at "
+           f"{' / '.join(map(str, ROWS))} rows: {' / '.join(f'{r:.2f}' for r in ratios)}), cpu capability "
            f"{torch.backends.cpu.get_cpu_capability() if device.type == 'cpu' else device.type}")
-    return best, why
+    return ("packed" if mean < 1 else "dense"), why
