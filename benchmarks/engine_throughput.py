@@ -81,7 +81,8 @@ def run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
     config = {"kv_cache_memory": 4 * 2**30, **config}
     llm = LLM(model_dir, max_model_len=2048, **config)
     print(f"engine {config}: linears {llm.runner.linear_path.split(' (')[0]}, decode attention "
-          f"{llm.runner.decode_attention}, CUDA graphs {llm.runner.graphs is not None}", flush=True)
+          f"{llm.runner.decode_attention}, prefill attention {llm.runner.prefill_attention}, CUDA graphs "
+          f"{llm.runner.graphs is not None}", flush=True)
     llm.generate([reqs[0][0]], SamplingParams(temperature=0, max_tokens=4))
     params = [SamplingParams(temperature=0, max_tokens=out, ignore_eos=True) for _, out in reqs]
     before = dict(llm.stats.totals)
@@ -202,6 +203,8 @@ def median(xs: list[float]) -> float:
 @click.option("--kv-cache-memory", default=4 * 2**30, show_default=True, type=int)
 @click.option("--sdpa-ablation/--no-sdpa-ablation", default=True, show_default=True,
               help="CPU: also run continuous batching with gather + SDPA decodes instead of the C++ kernel.")
+@click.option("--prefill-ablation/--no-prefill-ablation", default=False, show_default=True,
+              help="CPU: also run continuous batching with SDPA prefills, whatever the load-time timing chose.")
 @click.option("--workload", type=click.Choice(["sharegpt", "nano-vllm"]), default="sharegpt", show_default=True)
 @click.option("--max-num-batched-tokens", default=2048, show_default=True)
 @click.option("--eager-too", is_flag=True, help="CUDA: run every engine configuration without CUDA graphs as well.")
@@ -209,8 +212,8 @@ def median(xs: list[float]) -> float:
 @click.option("--nano-max-len", default=1024, show_default=True, help="nano-vllm workload: the longest length.")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
          model_size: str, device: str, dtype: str, repeats: int, kv_cache_memory: int, sdpa_ablation: bool,
-         workload: str, max_num_batched_tokens: int, eager_too: bool, hf_num_prompts: int | None,
-         nano_max_len: int) -> None:
+         prefill_ablation: bool, workload: str, max_num_batched_tokens: int, eager_too: bool,
+         hf_num_prompts: int | None, nano_max_len: int) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
@@ -229,8 +232,9 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     best: dict[str, tuple[float, str]] = {}  # system -> (best output tok/s, its dtype)
     for asked in dtype.split(","):
         chosen = resolve_dtype(asked.strip(), model_dir, device)
-        figures = run_dtype(chosen, model_dir, reqs, device, kv_cache_memory, max_num_batched_tokens, sdpa_ablation,
-                            static_batch_sizes, hf_batch_sizes, hf_num_prompts, eager_too, vllm_python, repeats)
+        figures = run_dtype(chosen, model_dir, reqs, device, kv_cache_memory, max_num_batched_tokens,
+                            {"SDPA decode": sdpa_ablation, "SDPA prefill": prefill_ablation}, static_batch_sizes,
+                            hf_batch_sizes, hf_num_prompts, eager_too, vllm_python, repeats)
         for system in ("engine continuous", "vLLM CPU offline"):
             if system in figures and n_out / figures[system] > best.get(system, (0, ""))[0]:
                 best[system] = (n_out / figures[system], chosen)
@@ -241,7 +245,7 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
 
 
 def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: int, max_num_batched_tokens: int,
-              sdpa_ablation: bool, static_batch_sizes: str, hf_batch_sizes: str, hf_num_prompts: int | None,
+              ablations: dict[str, bool], static_batch_sizes: str, hf_batch_sizes: str, hf_num_prompts: int | None,
               eager_too: bool, vllm_python: str | None, repeats: int) -> dict[str, float]:
     """Every system in one dtype; prints its table and returns seconds per system (medians of the repeats)."""
     n_in = sum(len(p) for p, _ in reqs)
@@ -250,8 +254,10 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
     where = {"device": device, "dtype": dtype, "kv_cache_memory": kv_cache_memory,
              "max_num_batched_tokens": max_num_batched_tokens}
     configs = {}
-    if device == "cpu" and sdpa_ablation:
+    if device == "cpu" and ablations["SDPA decode"]:
         configs["engine continuous, SDPA decode"] = {"max_num_seqs": 256, "cpu_attention": "sdpa"}
+    if device == "cpu" and ablations["SDPA prefill"]:
+        configs["engine continuous, SDPA prefill"] = {"max_num_seqs": 256, "cpu_prefill_attention": "sdpa"}
     configs |= {f"engine static (batch {bs})": {"batching": "static", "max_num_seqs": bs}
                 for bs in (int(b) for b in static_batch_sizes.split(",") if b)}
     if eager_too and device.startswith("cuda"):
@@ -314,6 +320,12 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
                   + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
+    if "engine continuous, SDPA prefill" in runs:
+        by_run = [s / c for c, s in zip(pairs["engine continuous"], others["engine continuous, SDPA prefill"],
+                                        strict=True)]
+        print(f"prefill attention as chosen at load / SDPA, end to end: "
+              f"{runs['engine continuous, SDPA prefill'] / cont:.2f}× faster"
+              + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
     if best_hf:
         print(f"continuous / best transformers: {best_hf / cont:.2f}× (target ≥ 3)")
     if len(pairs["vLLM CPU offline"]) == len(pairs["engine continuous"]):

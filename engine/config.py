@@ -95,6 +95,8 @@ class EngineConfig:
         "auto", "auto: fp32/bf16 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
     cpu_attention: Literal["auto", "sdpa", "cpp"] = setting(
         "auto", "CPU decode attention: the C++ paged kernel (built on first use) or gather + SDPA.")
+    cpu_prefill_attention: Literal["auto", "sdpa", "tiled"] = setting(
+        "auto", "CPU prefill attention: query tiles of plain matmuls or torch's SDPA; auto: timed at load.")
     cpu_layers: Literal["auto", "torch", "cpp"] = setting(
         "auto", "CPU RMSNorm, rotary and SiLU * up: one C++ pass each (built on first use) or torch's ops.")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = setting("auto", "fp8: e4m3, twice the "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from engine.attention import prefill_attention
 from engine.config import CPU_KV_AUTO_BYTES, EngineConfig
 from engine.layers import cpu_dtype
 from engine.layers.onednn_linear import PACKED_DTYPES, pack_model
@@ -75,6 +76,7 @@ class ModelRunner:
                 self.linear_path = pack_model(self.model, force=config.cpu_linear == "onednn")
             log.info("linear layers: %s", self.linear_path)
         self.cpp_decode, self.decode_attention = self._decode_attention(config.cpu_attention, model_cfg.head_dim)
+        self.tiled_prefill_from, self.prefill_attention = self._prefill_attention(config.cpu_prefill_attention)
         self.layer_kernels = self._layer_kernels(config.cpu_layers)
         self.kv_dtype = KV_DTYPES.get(config.kv_cache_dtype, self.dtype)
         for attn in self.model.attention_layers():
@@ -133,6 +135,18 @@ class ModelRunner:
         if choice == "cpp":
             raise RuntimeError(f"cpu_attention='cpp' cannot be used: {why}")
         return False, f"gather + SDPA ({why})"
+
+    def _prefill_attention(self, choice: str) -> tuple[int | None, str]:
+        """From which context CPU prefills take the tiled matmul path (None: never), and what /version reports."""
+        if self.device.type != "cpu" or self.backend != "torch":
+            return None, self.backend
+        if choice != "auto":
+            return (0 if choice == "tiled" else None), f"{choice} (as asked)"
+        c = self.model_cfg
+        start, why = prefill_attention.tiled_from(c.num_heads, c.num_kv_heads, c.head_dim, self.dtype)
+        said = "SDPA" if start is None else f"tiled from {start} tokens of context, SDPA below"
+        log.info("prefill attention: %s (%s)", said, why)
+        return start, f"{said} ({why})"
 
     def _layer_kernels(self, choice: str) -> str:
         """Whether RMSNorm, rotary and SiLU * up run as the C++ kernels (CPU only), and what /version reports."""
@@ -219,5 +233,5 @@ class ModelRunner:
 
     def _run(self, inp: StepInputs) -> torch.Tensor:
         dev = self.uploader.upload(inp)
-        meta = metadata(inp, dev, "cpp" if self.cpp_decode else "sdpa")
+        meta = metadata(inp, dev, "cpp" if self.cpp_decode else "sdpa", self.tiled_prefill_from)
         return self.model(dev["ids"], dev["positions"], meta, dev["logits_rows"])

@@ -119,7 +119,8 @@ class Uploader:
         return out
 
 
-def metadata(inp: StepInputs, dev: dict[str, torch.Tensor], decode_kernel: str = "sdpa") -> AttentionMetadata:
+def metadata(inp: StepInputs, dev: dict[str, torch.Tensor], decode_kernel: str = "sdpa",
+             tiled_prefill_from: int | None = None) -> AttentionMetadata:
     query_lens = np.diff(inp.cu_q).tolist()
     return AttentionMetadata(
         query_lens=query_lens,
@@ -133,4 +134,5 @@ def metadata(inp: StepInputs, dev: dict[str, torch.Tensor], decode_kernel: str =
         decode_token_rows=dev["decode_rows"],
         prefill_seqs=[i for i, n in enumerate(query_lens) if n != 1],
         decode_kernel=decode_kernel,
+        tiled_prefill_from=tiled_prefill_from,
     )

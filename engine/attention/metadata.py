@@ -22,4 +22,6 @@ class AttentionMetadata:
     decode_token_rows: torch.Tensor  # their rows in the flat batch
     prefill_seqs: list[int]  # the others, attended one by one
     decode_kernel: str = "sdpa"  # torch backend on the CPU: "cpp" = the C++ paged decode kernel
+    tiled_prefill_from: int | None = None  # torch backend on the CPU: prefills with this much context or more
+    # take engine.attention.prefill_attention.tiled, the others SDPA
     cache: dict = field(default_factory=dict)  # per-step values a backend derives once for all layers

@@ -1,4 +1,4 @@
-"""The CPU attention backend: gather pages, then scaled_dot_product_attention.
+"""The CPU attention backend: gather pages, then scaled_dot_product_attention (or tiled matmuls for prefills).
 
 Decodes go through the C++ paged kernel (`engine.kernels.cpu_kernels`) when it is built, and otherwise are
 batched into SDPA calls over padded contexts; a prefill chunk with no cached context attends to its own
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.attention import prefill_attention
 from engine.attention.metadata import AttentionMetadata
 from engine.kernels.cpu_kernels import paged_decode
 
@@ -68,19 +69,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
             out[rows] = _decode(q[rows], k_cache, v_cache, meta, meta.decode_seqs, scale, ks, vs)
     for i in meta.prefill_seqs:
         s, e = cu[i], cu[i + 1]
-        n, ctx = e - s, meta.context_lens[i]
-        if ctx == n:
-            kk, vv, mask, causal = k[s:e], v[s:e], None, True
+        tiled = meta.tiled_prefill_from is not None and meta.context_lens[i] >= meta.tiled_prefill_from
+        prefill = prefill_attention.tiled if tiled else prefill_attention.sdpa
+        if meta.context_lens[i] == e - s:
+            out[s:e] = prefill(q[s:e], k[s:e], v[s:e], scale)
         else:
-            kk = gather_kv(k_cache, meta.block_tables[i], ctx)
-            vv = gather_kv(v_cache, meta.block_tables[i], ctx)
-            key_pos = torch.arange(ctx, device=q.device)
-            query_pos = torch.arange(ctx - n, ctx, device=q.device)
-            mask, causal = key_pos[None, :] <= query_pos[:, None], False
-        if ctx == n:
-            out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale)
-        else:
-            out[s:e] = _sdpa(q[s:e], kk, vv, mask, causal, scale * ks) * vs
+            kk = gather_kv(k_cache, meta.block_tables[i], meta.context_lens[i])
+            vv = gather_kv(v_cache, meta.block_tables[i], meta.context_lens[i])
+            out[s:e] = prefill(q[s:e], kk, vv, scale * ks) * vs
     return out
 
 
@@ -124,12 +120,3 @@ def _decode_bucket(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     )
     return out.squeeze(2) if vs == 1.0 else out.squeeze(2) * vs
 
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-          scale: float) -> torch.Tensor:
-    """q: [n, H, D], k/v: [ctx, KVH, D] -> [n, H, D]. The leading batch dimension matters: without it torch's
-    CPU SDPA takes the math path, 3-5x slower than its flash kernel for prompts of 500-1500 tokens."""
-    k, v = k.to(q.dtype).transpose(0, 1)[None], v.to(q.dtype).transpose(0, 1)[None]
-    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=mask, is_causal=causal,
-                                         scale=scale, enable_gqa=True)
-    return out[0].transpose(0, 1)

@@ -228,6 +228,7 @@ async def version(request: web.Request) -> web.Response:
                                    "weight_bytes": llm.runner.weight_bytes(),
                                    "linear_path": llm.runner.linear_path,
                                    "decode_attention": llm.runner.decode_attention,
+                                   "prefill_attention": llm.runner.prefill_attention,
                                    "layer_kernels": llm.runner.layer_kernels}
     return web.json_response({"version": engine.__version__, "engine": "llmbench-engine",
                               "model": str(llm.model_path), "config": config})
