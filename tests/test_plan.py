@@ -320,6 +320,7 @@ def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     measured = {f["name"]: f["value"] for f in plan["figures"] if f["label"] == "measured"}
     assert sim["P50 TPOT"] == pytest.approx(20, rel=0.2) and measured["P50 TPOT"] == pytest.approx(20, rel=0.2)
     assert sim["P50 TTFT"] == pytest.approx(measured["P50 TTFT"], rel=0.3)
+    assert not any("disagree with any one model" in note for note in plan["estimates"])
     r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
                                   "--gpu", "H100", "--measured-gpu", "L4", "--no-search"])
     assert r.exit_code == 0, r.output
@@ -327,6 +328,27 @@ def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     tpot = next(f["value"] for f in moved["figures"] if f["name"] == "P50 TPOT" and f["label"] != "measured")
     assert tpot < 0.5 * sim["P50 TPOT"]  # 16x the bandwidth of an L4, same efficiency scale
     assert any("transferred from the sweep on L4 TP1" in note for note in moved["estimates"])
+
+
+def test_a_calibration_whose_own_runs_disagree_says_so(scripted, tmp_path, tiny_model):
+    """The server ran twice as fast at 4 req/s as at 2 (a neighbour left the host between the two runs): no model of
+    load fits both, and the plan says how far its fit is from its own runs instead of passing it on silently."""
+    out = tmp_path / "sweep"
+    for rate, itl, more in (("2", "40", []), ("4", "20", ["--append"])):
+        server = scripted("--ttft-ms", "60", "--itl-ms", itl)
+        r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", rate,
+                                      "--duration", "4", "--output-len", "16", "--out", str(out), "--no-progress",
+                                      *more])
+        assert r.exit_code == 0, r.output
+        server.stop()
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
+                                  "--gpu", "L4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads((out / "plan.json").read_text())
+    assert "on its own runs the fit is off by rate-2 TPOT +" not in plan["setup"]["step_model"]
+    assert "on its own runs the fit is off by rate-2 TPOT -" in plan["setup"]["step_model"]
+    note = next(n for n in plan["estimates"] if "disagree with any one model" in n)
+    assert int(note.split("by up to ")[1].split("%")[0]) >= 25
 
 
 def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale(tmp_path):
@@ -364,6 +386,7 @@ def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale
     cal = calibrate(tmp_path, rep.setup.model, rep.setup.shape, rates=2)
     assert cal.scale == pytest.approx(2.0, rel=0.15) and cal.prefill_scale == pytest.approx(0.25, rel=0.3)
     assert cal.request_overhead < 0.05
+    assert cal.misfit < 0.1 and "on its own runs the fit is off by rate-2 TPOT" in cal.describe()
 
 
 def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):

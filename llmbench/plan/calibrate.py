@@ -28,6 +28,13 @@ class Calibration:
     measured_tpot_ms: float
     simulated_tpot_ms: float
     prefill_scale: float = 1.0  # the compute part's own factor (1: not fitted)
+    residuals: tuple[tuple[str, float, float], ...] = ()  # per run: label, median TPOT and TTFT fitted/measured - 1
+
+    @property
+    def misfit(self) -> float:
+        """How far the fitted model is from the runs it was fitted on (the largest relative miss): a floor under
+        any prediction it makes, since no model of load explains a server that was slower at the lower rate."""
+        return max((max(abs(tpot), abs(ttft)) for _, tpot, ttft in self.residuals), default=0.0)
 
     @property
     def far(self) -> bool:
@@ -37,7 +44,10 @@ class Calibration:
         return (f"calibrated on {', '.join(self.labels)}: GPU time x{self.scale:.2f} against the priors"
                 + (f", prompt compute x{self.prefill_scale:.2f} more" if self.prefill_scale != 1.0 else "")
                 + f", {self.request_overhead * 1000:.1f} ms per request (median TPOT {self.measured_tpot_ms:.1f} ms "
-                f"measured, {self.simulated_tpot_ms:.1f} ms simulated)")
+                f"measured, {self.simulated_tpot_ms:.1f} ms simulated)"
+                + ("; on its own runs the fit is off by " + ", ".join(
+                    f"{label} TPOT {tpot:+.0%} TTFT {ttft:+.0%}" for label, tpot, ttft in self.residuals)
+                   if len(self.residuals) > 1 else ""))
 
     def apply(self, roof: RooflineModel) -> RooflineModel:
         return replace(roof.scaled(self.scale), prefill_scale=roof.prefill_scale * self.prefill_scale)
@@ -101,8 +111,13 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
                 break
     sim_tpot, sim_ttft = simulated(scale, prefill)
     measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
-    return Calibration(scale, max(measured_ttft - sim_ttft, 0.0), tuple(label for label, _ in runs),
-                       measured_tpot * 1000, sim_tpot * 1000, prefill)
+    overhead = max(measured_ttft - sim_ttft, 0.0)
+    residuals = tuple((label, float(np.median(res.tpot) / ok["tpot"].median() - 1),
+                       float((np.median(res.ttft) + overhead) / ok["ttft"].median() - 1))
+                      for (label, _), (ok, res) in zip(runs, replay(replace(roof.scaled(scale), prefill_scale=prefill)),
+                                                       strict=True))
+    return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
+                       prefill, residuals)
 
 
 PREFILL_RANGE = (1e-3, 1e3)

@@ -31,6 +31,9 @@ class Replica:
     kv_tokens: Callable[[int, int], int] | None = None  # KV pool for --max-num-seqs and --max-num-batched-tokens
 
 
+MISFIT = 0.15  # beyond this miss on its own runs a calibration says it cannot be trusted to the 15 % aimed at
+
+
 def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
     try:
         gpu = gpus.gpu_from_spec(req.gpu_spec) if req.gpu_spec else gpus.gpu(req.gpu)
@@ -107,6 +110,11 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
         rep.notes.append(f"the sweep's server took x{cal.scale:.3g} the GPU time the priors give {on}: far from "
                          "that device, so its memory, bandwidth and KV figures are unlikely to be the measured "
                          "server's (describe the device with --gpu-spec, or --measured-gpu)")
+    if cal.misfit > MISFIT:
+        rep.notes.append(f"the runs calibrated on disagree with any one model by up to {cal.misfit:.0%} (see the "
+                         "step model line): the server's speed moved between them more than the load explains (a "
+                         "shared or throttled host?), so predictions from it are no finer than that; sweep again "
+                         "on a quiet server")
     rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
                      f"priors) and the per-request overhead ({cal.request_overhead * 1000:.1f} ms); memory, KV capacity, "
                      "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
