@@ -1,13 +1,13 @@
 """CPU prefill attention, two ways: torch's SDPA, or query tiles of plain matmuls where that is faster.
 
-torch's CPU flash-attention kernel reached 44-126 GFLOP/s in bf16 on an AMD Zen 5 for prompts of 128-2,048
-tokens, at most a seventh of what the same machine's bf16 GEMM does. Cut into tiles of `TILE` queries, with the
-query heads that share a KV head stacked (GQA), each tile is two large GEMMs, scores @ K^T over every key it
-may see and probabilities @ V, plus one softmax; only the diagonal block needs a mask. Each tile holds its whole
-score row, so nothing is rescaled as in flash attention, at the cost of [KVH, G x TILE, keys] scores in memory (8 MiB for
-2,048 keys in fp32). Where it is faster is timed at load against SDPA on the model's own head shape, at
-prompt lengths from a short chat turn to a long document, as every other kernel choice here is: the engine
-takes it for prefills whose context is at least the shortest length from which it keeps winning.
+torch's CPU flash-attention kernel reached 44-126 GFLOP/s in bf16 on an AMD Zen 5 for prompts of 128-2,048 tokens,
+at most a seventh of what the same machine's bf16 GEMM does. Cut into tiles of `TILE` queries, with the query heads
+that share a KV head stacked (GQA), each tile is two large GEMMs, scores @ K^T over every key it may see and
+probabilities @ V, plus one softmax; only the diagonal block needs a mask. Each tile holds its whole score row, so
+nothing is rescaled as in flash attention, at the cost of [KVH, G x TILE, keys] scores in memory (8 MiB for 2,048
+keys in fp32). Where it is faster is timed at load against SDPA on the model's own head shape, at prompt lengths
+from a short chat turn to a long document, as every other kernel choice here is: the engine takes it for prefills
+whose context is at least the shortest length from which it keeps winning.
 """
 
 from __future__ import annotations
