@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from bundled.modelbuild import build_model  # noqa: E402
 from engine.attention import prefill_attention  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
-from engine.layers.kernel_timing import median_seconds  # noqa: E402
+from engine.kernels.kernel_timing import median_seconds  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from llmbench.results import machine  # noqa: E402
 

@@ -3,7 +3,8 @@ model's own shape, fp32 elsewhere; the choice and why are in /version."""
 
 import torch
 
-from engine.layers import cpu_dtype, kernel_timing, onednn_linear
+from engine.kernels import kernel_timing
+from engine.layers import cpu_dtype, onednn_linear
 
 
 def test_no_bf16_instructions_means_float32(monkeypatch):

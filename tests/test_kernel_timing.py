@@ -4,7 +4,8 @@ test says what is decided, not how fast this machine is)."""
 import torch
 from torch import nn
 
-from engine.layers import kernel_timing, onednn_linear
+from engine.kernels import kernel_timing
+from engine.layers import onednn_linear
 from engine.layers.onednn_linear import OneDNNLinear, pack_model
 
 # oneDNN 4x and 2x faster at 1 and 16 rows, level at 64, 15 % slower at 256: summed, 59 against 58 ms says F.linear

@@ -387,6 +387,8 @@ def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale
     assert cal.scale == pytest.approx(2.0, rel=0.15) and cal.prefill_scale == pytest.approx(0.25, rel=0.3)
     assert cal.request_overhead < 0.05
     assert cal.misfit < 0.1 and "on its own runs the fit is off by rate-2 TPOT" in cal.describe()
+    alone = calibrate(tmp_path, rep.setup.model, rep.setup.shape, rates=1)  # one run: nothing to disagree with
+    assert alone.misfit == 0.0 and "on its own runs" not in alone.describe()
 
 
 def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):

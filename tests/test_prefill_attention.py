@@ -8,7 +8,7 @@ import requests
 import torch
 
 from engine.attention import prefill_attention, torch_backend
-from engine.layers import kernel_timing
+from engine.kernels import kernel_timing
 from engine.llm import LLM
 from tests.kernel_cases import FP8, make_batch
 

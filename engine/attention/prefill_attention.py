@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.layers.kernel_timing import time_ratios
+from engine.kernels.kernel_timing import time_ratios
 
 TILE = 128
 LENGTHS = (128, 256, 512, 1024, 2048)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.kernel_timing import time_ratios
+from engine.kernels.kernel_timing import time_ratios
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 MARGIN = 1.2  # bf16 must beat fp32 by this much: it also costs accuracy

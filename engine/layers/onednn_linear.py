@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.kernel_timing import time_ratios
+from engine.kernels.kernel_timing import time_ratios
 
 log = logging.getLogger(__name__)
 PACKED_DTYPES = (torch.float32, torch.bfloat16)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers.kernel_timing import time_ratios
+from engine.kernels.kernel_timing import time_ratios
 
 log = logging.getLogger(__name__)
 INNER_K_TILES = 2

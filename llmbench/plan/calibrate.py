@@ -34,7 +34,9 @@ class Calibration:
     def misfit(self) -> float:
         """How far the fitted model is from the runs it was fitted on (the largest relative miss): a floor under
         any prediction it makes, since no model of load explains a server that was slower at the lower rate."""
-        return max((max(abs(tpot), abs(ttft)) for _, tpot, ttft in self.residuals), default=0.0)
+        if len(self.residuals) < 2:  # one run: nothing to disagree with
+            return 0.0
+        return max(max(abs(tpot), abs(ttft)) for _, tpot, ttft in self.residuals)
 
     @property
     def far(self) -> bool:
