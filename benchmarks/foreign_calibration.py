@@ -91,7 +91,9 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     for rate, runs in sorted(measured_by_rate.items()):
         if len(runs) > 1:
             print(f"the measurement itself at {rate:g} req/s, sweep to sweep: " + ", ".join(
-                f"{k} {min(r[k] for r in runs):.1f}-{max(r[k] for r in runs):.1f}" for k in KEYS))
+                f"{k} {min(r[k] for r in runs):.1f}-{max(r[k] for r in runs):.1f} "
+                f"(x{max(r[k] for r in runs) / min(r[k] for r in runs):.2f})" for k in KEYS)
+                + ": no prediction can be judged finer than this spread")
 
 
 def _only(folder: Path, labels: list[str]) -> Path:

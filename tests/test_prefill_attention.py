@@ -33,6 +33,13 @@ def test_tiled_matches_sdpa(heads, kv_heads, dim):
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
 
 
+def test_long_contexts_take_fewer_queries_a_tile(monkeypatch):
+    """Under a small score budget the 300-token contexts go 16 queries a tile (the floor), the rest in between."""
+    monkeypatch.setattr(prefill_attention, "SCORE_BYTES", 8 * 300 * 4 * 16)
+    out, ref = both(SPECS, 8, 2, 64, torch.float32, seed=5)
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
+
+
 def test_tiled_in_bf16_and_from_an_fp8_cache():
     """bf16 rounds the scores once more than flash does (the GEMM writes them in bf16): same order of error."""
     out, ref = both(SPECS, 8, 2, 64, torch.bfloat16)

@@ -5,9 +5,10 @@ at most a seventh of what the same machine's bf16 GEMM does. Cut into tiles of `
 that share a KV head stacked (GQA), each tile is two large GEMMs, scores @ K^T over every key it may see and
 probabilities @ V, plus one softmax; only the diagonal block needs a mask. Each tile holds its whole score row, so
 nothing is rescaled as in flash attention, at the cost of [KVH, G x TILE, keys] scores in memory (8 MiB for 2,048
-keys in fp32). Where it is faster is timed at load against SDPA on the model's own head shape, at prompt lengths
-from a short chat turn to a long document, as every other kernel choice here is: the engine takes it for prefills
-whose context is at least the shortest length from which it keeps winning.
+keys in fp32; long contexts take fewer queries a tile, under SCORE_BYTES). Where it is faster is timed at load
+against SDPA on the model's own head shape, at prompt lengths from a short chat turn to a long document, as every
+other kernel choice here is: the engine takes it for prefills whose context is at least the shortest length from
+which it keeps winning.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from engine.kernels.kernel_timing import time_ratios
 
 TILE = 128
+SCORE_BYTES = 64 * 2**20  # a tile's scores at most: 128 queries of 32 heads over 32k bf16 keys would take 256 MiB
 LENGTHS = (128, 256, 512, 1024, 2048)
 _DECIDED: dict[tuple, tuple[int | None, str]] = {}  # one timing per head shape and dtype per process: engines agree
 
@@ -31,8 +33,9 @@ def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> to
     v_h = v.to(q.dtype).transpose(0, 1)  # [KVH, ctx, D]
     out = torch.empty_like(q)
     offset = ctx - n
-    for s in range(0, n, TILE):
-        e = min(s + TILE, n)
+    tile_rows = max(16, min(TILE, SCORE_BYTES // (heads * ctx * q.element_size())))
+    for s in range(0, n, tile_rows):
+        e = min(s + tile_rows, n)
         rows, keys = e - s, offset + e
         tile = (q[s:e] * scale).view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(kv_heads, -1, dim)
         scores = torch.matmul(tile, k_t[:, :, :keys]).view(kv_heads, group, rows, keys)
