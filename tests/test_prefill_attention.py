@@ -56,9 +56,11 @@ def test_tiled_in_bf16_and_from_an_fp8_cache():
     ({128: 0.5, 256: 1.0, 512: 1.0, 1024: 1.0, 2048: 3.0}, None),  # loses at the longest: never
 ])
 def test_tiled_is_taken_from_the_shortest_length_it_keeps_winning_at(monkeypatch, tiled_ms, start):
-    """A made-up clock: SDPA takes 1.5 ms at every length."""
-    monkeypatch.setattr(kernel_timing, "median_seconds",
-                        lambda fn, x: tiled_ms[len(x)] if fn.__code__.co_names[0] == "tiled" else 1.5)
+    """A made-up clock: SDPA takes 1.5 ms at every length (each path stands in by its name, so the clock knows
+    which one it timed)."""
+    monkeypatch.setattr(prefill_attention, "tiled", lambda *a: "tiled")
+    monkeypatch.setattr(prefill_attention, "sdpa", lambda *a: "sdpa")
+    monkeypatch.setattr(kernel_timing, "median_seconds", lambda fn, x: tiled_ms[len(x)] if fn(x) == "tiled" else 1.5)
     prefill_attention._DECIDED.clear()
     found, why = prefill_attention.tiled_from(8, 2, 64, torch.bfloat16)
     prefill_attention._DECIDED.clear()

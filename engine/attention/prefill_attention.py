@@ -13,6 +13,8 @@ which it keeps winning.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -39,12 +41,17 @@ def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> to
         rows, keys = e - s, offset + e
         tile = (q[s:e] * scale).view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(kv_heads, -1, dim)
         scores = torch.matmul(tile, k_t[:, :, :keys]).view(kv_heads, group, rows, keys)
-        future = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu_(1)
-        scores[..., offset + s:keys].masked_fill_(future, float("-inf"))
+        scores[..., offset + s:keys].masked_fill_(_future(q.device)[:rows, :rows], float("-inf"))
         probs = torch.softmax(scores, dim=-1).view(kv_heads, group * rows, keys)
         out[s:e] = torch.matmul(probs, v_h[:, :keys]).view(kv_heads, group, rows, dim).permute(2, 0, 1, 3) \
             .reshape(rows, heads, dim)
     return out
+
+
+@functools.cache
+def _future(device: torch.device) -> torch.Tensor:
+    """Which keys of a tile's own diagonal block lie after each query (made once, not per tile and layer)."""
+    return torch.ones(TILE, TILE, dtype=torch.bool, device=device).triu_(1)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

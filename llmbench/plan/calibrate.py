@@ -111,13 +111,14 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
             scale = bisect(lambda x, p=prefill: simulated(x, p)[0] >= measured_tpot, *SCALE_RANGE)
             if abs(scale / before[0] - 1) < 0.01 and abs(prefill / before[1] - 1) < 0.01:
                 break
-    sim_tpot, sim_ttft = simulated(scale, prefill)
+    fitted = [res for _, res in replay(replace(roof.scaled(scale), prefill_scale=prefill))]
+    sim_tpot = float(np.median(np.concatenate([r.tpot for r in fitted])))
+    sim_ttft = float(np.median(np.concatenate([r.ttft for r in fitted])))
     measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
     overhead = max(measured_ttft - sim_ttft, 0.0)
     residuals = tuple((label, float(np.median(res.tpot) / ok["tpot"].median() - 1),
                        float((np.median(res.ttft) + overhead) / ok["ttft"].median() - 1))
-                      for (label, _), (ok, res) in zip(runs, replay(replace(roof.scaled(scale), prefill_scale=prefill)),
-                                                       strict=True))
+                      for (label, ok), res in zip(runs, fitted, strict=True))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
                        prefill, residuals)
 
