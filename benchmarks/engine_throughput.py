@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from bundled.modelbuild import build_model  # noqa: E402
 from bundled.sharegpt import load as load_sharegpt  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
+from engine.kernels import cpu_kernels  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from llmbench.datasets import sharegpt  # noqa: E402
 from llmbench.results import machine  # noqa: E402
@@ -77,7 +78,19 @@ def sample(model_dir: Path, n: int, seed: int) -> list[tuple[list[int], int]]:
 STEP_FIGURES: dict[str, dict] = {}  # run name -> host ms per step, device-busy fraction
 
 
-def run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
+def run_engine(model_dir: Path, reqs, name: str = "", torch_reductions: bool = False, **config) -> float:
+    """`torch_reductions`: the tiled prefill's softmax and greedy argmax as torch ops (the ablation of the C++ ones,
+    which the engine takes wherever its C++ library is loaded)."""
+    loaded = cpu_kernels.loaded
+    if torch_reductions:
+        cpu_kernels.loaded = lambda: False
+    try:
+        return _run_engine(model_dir, reqs, name, **config)
+    finally:
+        cpu_kernels.loaded = loaded
+
+
+def _run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
     config = {"kv_cache_memory": 4 * 2**30, **config}
     llm = LLM(model_dir, max_model_len=2048, **config)
     print(f"engine {config}: linears {llm.runner.linear_path.split(' (')[0]}, decode attention "
@@ -205,6 +218,9 @@ def median(xs: list[float]) -> float:
               help="CPU: also run continuous batching with gather + SDPA decodes instead of the C++ kernel.")
 @click.option("--prefill-ablation/--no-prefill-ablation", default=False, show_default=True,
               help="CPU: also run continuous batching with SDPA prefills, whatever the load-time timing chose.")
+@click.option("--reductions-ablation/--no-reductions-ablation", default=False, show_default=True,
+              help="CPU: also run continuous batching with torch's masked softmax and max(dim) in place of the C++ "
+                   "row reductions (the tiled prefill's causal softmax, greedy argmax).")
 @click.option("--workload", type=click.Choice(["sharegpt", "nano-vllm"]), default="sharegpt", show_default=True)
 @click.option("--max-num-batched-tokens", default=2048, show_default=True)
 @click.option("--eager-too", is_flag=True, help="CUDA: run every engine configuration without CUDA graphs as well.")
@@ -212,8 +228,8 @@ def median(xs: list[float]) -> float:
 @click.option("--nano-max-len", default=1024, show_default=True, help="nano-vllm workload: the longest length.")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
          model_size: str, device: str, dtype: str, repeats: int, kv_cache_memory: int, sdpa_ablation: bool,
-         prefill_ablation: bool, workload: str, max_num_batched_tokens: int, eager_too: bool,
-         hf_num_prompts: int | None, nano_max_len: int) -> None:
+         prefill_ablation: bool, reductions_ablation: bool, workload: str, max_num_batched_tokens: int,
+         eager_too: bool, hf_num_prompts: int | None, nano_max_len: int) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
@@ -233,7 +249,8 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
     for asked in dtype.split(","):
         chosen = resolve_dtype(asked.strip(), model_dir, device)
         figures = run_dtype(chosen, model_dir, reqs, device, kv_cache_memory, max_num_batched_tokens,
-                            {"SDPA decode": sdpa_ablation, "SDPA prefill": prefill_ablation}, static_batch_sizes,
+                            {"SDPA decode": sdpa_ablation, "SDPA prefill": prefill_ablation,
+                             "torch reductions": reductions_ablation}, static_batch_sizes,
                             hf_batch_sizes, hf_num_prompts, eager_too, vllm_python, repeats)
         for system in ("engine continuous", "vLLM CPU offline"):
             if system in figures and n_out / figures[system] > best.get(system, (0, ""))[0]:
@@ -258,6 +275,8 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
         configs["engine continuous, SDPA decode"] = {"max_num_seqs": 256, "cpu_attention": "sdpa"}
     if device == "cpu" and ablations["SDPA prefill"]:
         configs["engine continuous, SDPA prefill"] = {"max_num_seqs": 256, "cpu_prefill_attention": "sdpa"}
+    if device == "cpu" and ablations["torch reductions"]:
+        configs["engine continuous, torch reductions"] = {"max_num_seqs": 256, "torch_reductions": True}
     configs |= {f"engine static (batch {bs})": {"batching": "static", "max_num_seqs": bs}
                 for bs in (int(b) for b in static_batch_sizes.split(",") if b)}
     if eager_too and device.startswith("cuda"):
@@ -320,12 +339,12 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
                   + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
-    if "engine continuous, SDPA prefill" in runs:
-        by_run = [s / c for c, s in zip(pairs["engine continuous"], others["engine continuous, SDPA prefill"],
-                                        strict=True)]
-        print(f"prefill attention as chosen at load / SDPA, end to end: "
-              f"{runs['engine continuous, SDPA prefill'] / cont:.2f}× faster"
-              + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
+    for name, what in (("engine continuous, SDPA prefill", "prefill attention as chosen at load / SDPA"),
+                       ("engine continuous, torch reductions", "C++ row reductions / torch's")):
+        if name in runs:
+            by_run = [s / c for c, s in zip(pairs["engine continuous"], others[name], strict=True)]
+            print(f"{what}, end to end: {runs[name] / cont:.2f}× faster"
+                  + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
     if best_hf:
         print(f"continuous / best transformers: {best_hf / cont:.2f}× (target ≥ 3)")
     if len(pairs["vLLM CPU offline"]) == len(pairs["engine continuous"]):

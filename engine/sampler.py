@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.kernels import cpu_kernels
 from engine.sequence import Sequence
 
 
@@ -65,8 +66,11 @@ def banned_tokens(seq: Sequence, eos_ids: tuple[int, ...], ahead: int = 0) -> li
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
-    """The first maximal index of each row, as argmax gives it: torch's CPU `max(dim)` finds it 1.6-4x faster
-    than `argmax` on [128, 16000] (0.8-3.4 ms a decode step here)."""
+    """The first maximal index of each row, as argmax gives it. On the CPU, the engine's C++ reduction where its
+    library is loaded (~10x torch's `max(dim)` on [128, 16000] fp32: 0.12 against 1.2 ms a decode step on a Zen 5);
+    else `max(dim)`, itself 1.6-4x faster than `argmax` there."""
+    if logits.device.type == "cpu" and logits.dim() == 2 and logits.shape[-1] and cpu_kernels.loaded():
+        return cpu_kernels.argmax_last(logits)
     return logits.max(dim=-1).indices
 
 

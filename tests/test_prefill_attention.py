@@ -8,12 +8,22 @@ import requests
 import torch
 
 from engine.attention import prefill_attention, torch_backend
-from engine.kernels import kernel_timing
+from engine.kernels import cpu_kernels, kernel_timing
 from engine.llm import LLM
 from tests.kernel_cases import FP8, make_batch
 
 # fresh prompts inside one tile, on a tile edge and over three; chunks after 40 and 300 cached tokens; decodes
 SPECS = [(0, 21), (0, 128), (0, 300), (40, 9), (300, 129), (17, 1), (0, 1)]
+
+
+@pytest.fixture(params=["torch softmax", "C++ causal softmax"])
+def softmax_path(request, monkeypatch):
+    """The tiled path with torch's masked_fill_ + softmax and with the C++ one-pass softmax."""
+    fused = request.param.startswith("C++")
+    if fused and not cpu_kernels.available():
+        pytest.skip(f"C++ kernels not built: {cpu_kernels.status()}")
+    monkeypatch.setattr(cpu_kernels, "loaded", lambda: fused)
+    return request.param
 
 
 def both(specs, heads, kv_heads, dim, dtype, cache_dtype=None, seed=0):
@@ -28,19 +38,19 @@ def both(specs, heads, kv_heads, dim, dtype, cache_dtype=None, seed=0):
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(4, 4, 16), (8, 2, 64), (14, 2, 64), (12, 1, 32)])
-def test_tiled_matches_sdpa(heads, kv_heads, dim):
+def test_tiled_matches_sdpa(heads, kv_heads, dim, softmax_path):
     out, ref = both(SPECS, heads, kv_heads, dim, torch.float32, seed=heads)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
 
 
-def test_long_contexts_take_fewer_queries_a_tile(monkeypatch):
+def test_long_contexts_take_fewer_queries_a_tile(monkeypatch, softmax_path):
     """Under a small score budget the 300-token contexts go 16 queries a tile (the floor), the rest in between."""
     monkeypatch.setattr(prefill_attention, "SCORE_BYTES", 8 * 300 * 4 * 16)
     out, ref = both(SPECS, 8, 2, 64, torch.float32, seed=5)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
 
 
-def test_tiled_in_bf16_and_from_an_fp8_cache():
+def test_tiled_in_bf16_and_from_an_fp8_cache(softmax_path):
     """bf16 rounds the scores once more than flash does (the GEMM writes them in bf16): same order of error."""
     out, ref = both(SPECS, 8, 2, 64, torch.bfloat16)
     exact = both(SPECS, 8, 2, 64, torch.float64)[1]

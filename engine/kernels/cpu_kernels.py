@@ -1,5 +1,6 @@
 """The engine's C++ kernels for the CPU, one library built on first use: the paged decode attention
-(`cpu_decode_attention.cpp`) and a Llama block's elementwise layers (`cpu_layers.cpp`).
+(`cpu_decode_attention.cpp`), a Llama block's elementwise layers (`cpu_layers.cpp`), and the tiled prefill's causal
+softmax and greedy sampling's argmax (`cpu_row_reductions.cpp`).
 
 Gathering pages into a padded tensor and calling SDPA reads every cached K/V row three times (gather,
 write, SDPA) and pads to the longest context; the C++ kernel reads each row once, in place, which is what
@@ -21,7 +22,8 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-SOURCES = [Path(__file__).with_name(name) for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp")]
+SOURCES = [Path(__file__).with_name(name)
+           for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp", "cpu_row_reductions.cpp")]
 HEADERS = [Path(__file__).with_name("cpu_decode_bf16.h")]  # in the build's hash: a change rebuilds
 WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
 _STATE: dict[str, str | bool] = {}
@@ -41,6 +43,12 @@ def available() -> bool:
             _STATE.update(ok=False, why=f"C++ kernel unavailable: {str(err).strip().splitlines()[-1]}")
             log.warning("CPU decode attention: %s", _STATE["why"])
     return bool(_STATE["ok"])
+
+
+def loaded() -> bool:
+    """Whether the library is already loaded in this process (by an engine that chose one of its kernels): the
+    row reductions use it then, and never build it themselves."""
+    return _STATE.get("ok") is True
 
 
 def build_directory() -> Path:
@@ -100,6 +108,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """[..., 2I] (gate then up) -> silu(gate) * up [..., I]."""
     return torch.ops.llmbench_cpu.silu_and_mul(gate_up)
+
+
+def causal_softmax_(scores: torch.Tensor, first: int) -> None:
+    """Softmax in place over the last dimension of contiguous [B, rows, keys] scores, row r seeing keys 0..first + r
+    (the rest become 0)."""
+    torch.ops.llmbench_cpu.causal_softmax_(scores, first)
+
+
+def argmax_last(x: torch.Tensor) -> torch.Tensor:
+    """[rows, cols] -> the first index of each row's maximum (int64), as torch's max(dim=-1) gives it."""
+    return torch.ops.llmbench_cpu.argmax_last(x)
 
 
 def rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
