@@ -50,8 +50,10 @@ def _replay(folder: Path, label: str, model, shape) -> dict:
 @click.option("--gpu-spec", required=True, type=click.Path(exists=True, dir_okay=False), help="The device.")
 @click.option("--model", default=None, help="The served model's config.json (default: the bundled small model).")
 @click.option("--concurrency", "concurrency_on", default=None, help="FOLDER:label of a --max-concurrency run.")
+@click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
+              help="Fit the cost per sequence in a step from the highest calibration rate (off: one GPU-time scale).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
-         concurrency_on: str | None) -> None:
+         concurrency_on: str | None, per_sequence: bool) -> None:
     if model is None:
         from bundled.modelbuild import build_model
 
@@ -61,7 +63,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     rep = catalog_replica(PlanRequest(slo=SLO(), gpu_spec=Path(gpu_spec), model=model, results=folder), work)
     kept = {r["label"] for r in load_results(folder)}
     subset = folder if set(labels) == kept else _only(folder, labels)
-    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=len(labels))
+    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=len(labels), per_sequence=per_sequence)
     sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
     print(f"machine: {describe_machine()}; {cal.describe()}")

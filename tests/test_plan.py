@@ -351,44 +351,92 @@ def test_a_calibration_whose_own_runs_disagree_says_so(scripted, tmp_path, tiny_
     assert int(note.split("by up to ")[1].split("%")[0]) >= 25
 
 
-def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale(tmp_path):
-    """A server made by the simulator itself, its GPU time x2 and its prompt compute a quarter of the priors':
-    one scale fitted on the median TPOT cannot describe it (prefill steps, hence TTFT and the P99 TPOT, come
-    out 4x too long); the calibration fits both, from the TPOT and from TTFT against prompt length."""
-    from dataclasses import replace
-
+def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150):
+    """A sweep made by the simulator itself with `truth` as the server, written as a sweep's records."""
     import numpy as np
 
-    from llmbench.plan.calibrate import calibrate
-    from llmbench.plan.planner import PlanRequest, catalog_replica
     from llmbench.plan.simulator import simulate
-    from llmbench.plan.workload import Workload
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
-    from llmbench.slo import SLO
 
-    rng = np.random.default_rng(0)
-    work = Workload(rng.integers(100, 3000, 400), rng.integers(20, 200, 400), "made here")
-    rep = catalog_replica(PlanRequest(slo=SLO(), model="llama-3.1-8b", gpu="A100-80GB"), work)
-    truth = replace(rep.setup.model.scaled(2.0), prefill_scale=0.25)
-    for rate in (2, 4):
-        prompts, outputs = work.sample(150, rng)
-        arrivals = np.cumsum(rng.exponential(1 / rate, 150))
-        res = simulate(arrivals, prompts, outputs, truth, rep.setup.shape)
-        files = RunFiles(tmp_path, f"rate-{rate}")
+    for rate in rates:
+        prompts, outputs = work.sample(n, rng)
+        arrivals = np.cumsum(rng.exponential(1 / rate, n))
+        res = simulate(arrivals, prompts, outputs, truth, setup.shape)
+        files = RunFiles(folder, f"rate-{rate}")
         writer = RecordWriter(files.records)
         for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs, strict=True)):
             first = t + res.ttft[i]
             writer.write(RequestRecord(i, t, dispatched=t, start=t, end=t + res.e2el[i], success=True,
                                        chunk_times=[first, t + res.e2el[i]], prompt_len=int(p), output_tokens=int(o)))
         writer.close()
-        write_result(files, {"request_rate": rate, "completed": 150, "saturated": None})
-    cal = calibrate(tmp_path, rep.setup.model, rep.setup.shape, rates=2)
+        write_result(files, {"request_rate": rate, "completed": n, "saturated": None})
+
+
+def _catalog_setup(model="llama-3.1-8b", gpu="A100-80GB"):
+    import numpy as np
+
+    from llmbench.plan.planner import PlanRequest, catalog_replica
+    from llmbench.plan.workload import Workload
+    from llmbench.slo import SLO
+
+    rng = np.random.default_rng(0)
+    work = Workload(rng.integers(100, 3000, 400), rng.integers(20, 200, 400), "made here")
+    return catalog_replica(PlanRequest(slo=SLO(), model=model, gpu=gpu), work).setup, work, rng
+
+
+def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale(tmp_path):
+    """A server made by the simulator itself, its GPU time x2 and its prompt compute a quarter of the priors':
+    one scale fitted on the median TPOT cannot describe it (prefill steps, hence TTFT and the P99 TPOT, come
+    out 4x too long); the calibration fits both, from the TPOT and from TTFT against prompt length."""
+    from dataclasses import replace
+
+    from llmbench.plan.calibrate import calibrate
+
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, replace(setup.model.scaled(2.0), prefill_scale=0.25), setup, work, rng)
+    cal = calibrate(tmp_path, setup.model, setup.shape, rates=2)
     assert cal.scale == pytest.approx(2.0, rel=0.15) and cal.prefill_scale == pytest.approx(0.25, rel=0.3)
-    assert cal.request_overhead < 0.05
+    assert cal.request_overhead < 0.05 and cal.seq_overhead < 1e-4  # the truth has none
     assert cal.misfit < 0.1 and "on its own runs the fit is off by rate-2 TPOT" in cal.describe()
-    alone = calibrate(tmp_path, rep.setup.model, rep.setup.shape, rates=1)  # one run: nothing to disagree with
-    assert alone.misfit == 0.0 and "on its own runs" not in alone.describe()
+    alone = calibrate(tmp_path, setup.model, setup.shape, rates=1)  # one run: nothing to disagree with
+    assert alone.misfit == 0.0 and "on its own runs" not in alone.describe() and alone.seq_overhead == 0.0
+
+
+def test_calibration_recovers_a_cost_per_sequence_from_how_tpot_rises_with_the_rate(tmp_path):
+    """A server whose every sequence costs 3 ms a step more than the priors say (detokenizing and streaming each
+    token on the model's own cores, as a CPU server does): its TPOT rises with the rate faster than one scale on
+    the GPU time can follow (it fits the middle, too slow at the low rate and too fast at the high one). From two
+    rates the calibration finds that cost and the scale apart, and predicts a third rate it never saw."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from llmbench.plan.calibrate import calibrate
+
+    setup, work, rng = _catalog_setup()
+    engine = replace(setup.model.engine, seq_overhead=setup.model.engine.seq_overhead + 3e-3)
+    truth = replace(setup.model.scaled(1.5), engine=engine)
+    _simulated_sweep(tmp_path / "sweep", truth, setup, work, rng, rates=(1, 3))
+    _simulated_sweep(tmp_path / "unseen", truth, setup, work, rng, rates=(5,))
+    cal = calibrate(tmp_path / "sweep", setup.model, setup.shape, rates=2)
+    one = calibrate(tmp_path / "sweep", setup.model, setup.shape, rates=2, per_sequence=False)
+    assert cal.seq_overhead == pytest.approx(3e-3, rel=0.3) and cal.scale == pytest.approx(1.5, rel=0.2)
+    assert one.seq_overhead == 0.0 and cal.misfit < 0.5 * one.misfit
+    assert "µs more per sequence a step" in cal.describe()
+
+    from llmbench.plan.simulator import simulate
+    from llmbench.results import load_records
+
+    ok = load_records(tmp_path / "unseen", "rate-5")
+    measured = float(ok["tpot"].median())
+
+    def predicted(c):
+        res = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+                       c.apply(setup.model), setup.shape)
+        return float(np.median(res.tpot))
+
+    assert abs(predicted(cal) / measured - 1) < 0.05 < abs(predicted(one) / measured - 1)
 
 
 def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):

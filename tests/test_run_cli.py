@@ -5,6 +5,7 @@ import time
 
 import pandas as pd
 import pytest
+import requests
 from click.testing import CliRunner
 
 from llmbench import results
@@ -52,6 +53,11 @@ def test_sweep_multiple_rates_and_chat(scripted, tmp_path, tiny_model):
     assert list(summary["request_rate"]) == [5, 10]
     assert list(summary["completed"]) == [10, 20]
     assert "prefix cache not reset before each rate (the server has neither /reset_prefix_cache" in result.output
+    # a server whose cache cannot be dropped gets no prompt twice: the rate-10 run would find all of rate-5's cached
+    assert "each rate sends prompts no earlier rate sent" in result.output
+    sent = [json.dumps(t["messages"]) for t in requests.get(server.url + "/truth", timeout=10).json()]
+    assert len(sent) == 30 and len(set(sent)) == 30
+    assert [json.loads((out / f"rate-{r}.json").read_text())["fresh_prompts"] for r in (5, 10)] == [True, True]
 
 
 def test_target_dies_mid_run(scripted, tmp_path, tiny_model):

@@ -1,8 +1,12 @@
 """Calibrate the roofline on any server's sweep (vLLM, SGLang, …) from its per-request records alone.
 
-Two factors are fitted on the lowest measured rates, replaying each rate's own arrivals and lengths through
-the simulator: a scale on the GPU part of the step (so the simulated median TPOT equals the measured one)
-and a per-request overhead (the median TTFT the engine's steps do not explain). Both transfer to other rates,
+Factors are fitted on the lowest measured rates, replaying each rate's own arrivals and lengths through the
+simulator: a scale on the GPU part of the step (so the simulated median TPOT equals the measured one), the
+prompt's compute (TTFT against prompt length), a per-request overhead (the median TTFT the engine's steps do not
+explain) and, from two rates or more, a cost per sequence in a step: where the higher rate's TPOT rises faster
+than the model's own batching makes it, each token costs the server something the GPU priors do not hold (on a
+CPU server, detokenizing and streaming every token on the very cores that run the model). The scale then
+matches the lowest rate's median TPOT and the per-sequence cost the highest's. All transfer to other rates,
 tensor-parallel sizes and GPUs: the scale multiplies the target GPU's own efficiency priors.
 """
 
@@ -29,6 +33,7 @@ class Calibration:
     simulated_tpot_ms: float
     prefill_scale: float = 1.0  # the compute part's own factor (1: not fitted)
     residuals: tuple[tuple[str, float, float], ...] = ()  # per run: label, median TPOT and TTFT fitted/measured - 1
+    seq_overhead: float = 0.0  # seconds per sequence in a step beyond the engine profile's (0: not fitted)
 
     @property
     def misfit(self) -> float:
@@ -45,6 +50,7 @@ class Calibration:
     def describe(self) -> str:
         return (f"calibrated on {', '.join(self.labels)}: GPU time x{self.scale:.2f} against the priors"
                 + (f", prompt compute x{self.prefill_scale:.2f} more" if self.prefill_scale != 1.0 else "")
+                + (f", {self.seq_overhead * 1e6:.0f} µs more per sequence a step" if self.seq_overhead else "")
                 + f", {self.request_overhead * 1000:.1f} ms per request (median TPOT {self.measured_tpot_ms:.1f} ms "
                 f"measured, {self.simulated_tpot_ms:.1f} ms simulated)"
                 + ("; on its own runs the fit is off by " + ", ".join(
@@ -52,7 +58,14 @@ class Calibration:
                    if len(self.residuals) > 1 else ""))
 
     def apply(self, roof: RooflineModel) -> RooflineModel:
-        return replace(roof.scaled(self.scale), prefill_scale=roof.prefill_scale * self.prefill_scale)
+        return _fitted(roof, self.scale, roof.prefill_scale * self.prefill_scale, self.seq_overhead)
+
+
+def _fitted(roof: RooflineModel, scale: float, prefill_scale: float, seq_overhead: float) -> RooflineModel:
+    roof = replace(roof.scaled(scale), prefill_scale=prefill_scale)
+    if not seq_overhead:
+        return roof
+    return replace(roof, engine=replace(roof.engine, seq_overhead=roof.engine.seq_overhead + seq_overhead))
 
 
 SCALE_RANGE = (1e-3, 1e4)  # wide enough for a CPU sweep against a GPU's priors, so it is never silently clamped
@@ -76,7 +89,10 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
     return runs
 
 
-def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int = 2) -> Calibration:
+def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int = 2,
+              per_sequence: bool = True) -> Calibration:
+    """`per_sequence`: fit the cost per sequence in a step where the higher rate's TPOT rises (False: one scale
+    on the pooled median TPOT, as before that term)."""
     runs = _runs(Path(folder), rates)
     if not runs:
         raise ValueError(f"{folder}: no unsaturated finite rate with at least 5 successful requests to calibrate on")
@@ -88,10 +104,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
             yield ok, simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(),
                                ok["output_tokens"].to_numpy(), model, base)
 
-    def simulated(scale: float, prefill: float) -> tuple[float, float]:
-        results = [res for _, res in replay(replace(roof.scaled(scale), prefill_scale=prefill))]
-        return (float(np.median(np.concatenate([r.tpot for r in results]))),
-                float(np.median(np.concatenate([r.ttft for r in results]))))
+    def tpot(model: RooflineModel, which=runs) -> float:
+        return float(np.median(np.concatenate([res.tpot for _, res in replay(model, which)])))
 
     def bisect(grows_past, low: float, high: float, steps: int = 24) -> float:
         for _ in range(steps):  # in log space, to 0.5 % after 24 halvings of SCALE_RANGE
@@ -99,19 +113,31 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
             low, high = (mid, high) if not grows_past(mid) else (low, mid)
         return (low * high) ** 0.5
 
-    prefill = 1.0
-    scale = bisect(lambda x: simulated(x, prefill)[0] >= measured_tpot, *SCALE_RANGE)
+    prefill, per_seq = 1.0, 0.0
+    scale = bisect(lambda x: tpot(_fitted(roof, x, prefill, per_seq)) >= measured_tpot, *SCALE_RANGE)
     slope = _ttft_slope(runs[:1])
-    if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
-        for _ in range(ROUNDS):  # the compute part adds to every step, so each fit moves the other's
-            before = (scale, prefill)
-            prefill = bisect(lambda x, s=scale: _ttft_slope(list(replay(replace(roof.scaled(s), prefill_scale=x),
-                                                                     runs[:1])), simulated=True) >= slope,
-                             *PREFILL_RANGE, steps=16)
-            scale = bisect(lambda x, p=prefill: simulated(x, p)[0] >= measured_tpot, *SCALE_RANGE)
-            if abs(scale / before[0] - 1) < 0.01 and abs(prefill / before[1] - 1) < 0.01:
-                break
-    fitted = [res for _, res in replay(replace(roof.scaled(scale), prefill_scale=prefill))]
+    lowest, highest = runs[:1], runs[-1:]
+    low_tpot, high_tpot = (float(ok["tpot"].median()) for _, ok in (runs[0], runs[-1]))
+    rises = per_sequence and len(runs) > 1 and high_tpot > low_tpot
+    for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
+        before = (scale, prefill, per_seq)
+        if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
+            prefill = bisect(lambda x, s=scale, q=per_seq: _ttft_slope(list(replay(_fitted(roof, s, x, q), runs[:1])),
+                                                                       simulated=True) >= slope, *PREFILL_RANGE, steps=16)
+        if rises:
+            if tpot(_fitted(roof, scale, prefill, SEQ_RANGE[0]), highest) < high_tpot:
+                per_seq = bisect(lambda x, s=scale, p=prefill: tpot(_fitted(roof, s, p, x), highest) >= high_tpot,
+                                 *SEQ_RANGE, steps=16)
+            else:
+                per_seq = 0.0
+            scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q), lowest) >= low_tpot,
+                           *SCALE_RANGE)
+        else:
+            scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q)) >= measured_tpot, *SCALE_RANGE)
+        if all(abs(a - b) <= 0.01 * max(abs(b), 1e-12) for a, b in zip((scale, prefill, per_seq), before,
+                                                                        strict=True)):
+            break
+    fitted = [res for _, res in replay(_fitted(roof, scale, prefill, per_seq))]
     sim_tpot = float(np.median(np.concatenate([r.tpot for r in fitted])))
     sim_ttft = float(np.median(np.concatenate([r.ttft for r in fitted])))
     measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
@@ -120,11 +146,12 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
                        float((np.median(res.ttft) + overhead) / ok["ttft"].median() - 1))
                       for (label, ok), res in zip(runs, fitted, strict=True))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
-                       prefill, residuals)
+                       prefill, residuals, per_seq)
 
 
 PREFILL_RANGE = (1e-3, 1e3)
-ROUNDS = 8  # alternate the two fits until neither factor moves by 1 %
+ROUNDS = 8  # alternate the fits until no factor moves by 1 %
+SEQ_RANGE = (1e-7, 1.0)  # seconds per sequence a step; below the floor it is not fitted (0)
 
 
 def _ttft_slope(runs: list, simulated: bool = False) -> float | None:
