@@ -24,7 +24,8 @@ import torch
 log = logging.getLogger(__name__)
 SOURCES = [Path(__file__).with_name(name)
            for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp", "cpu_row_reductions.cpp")]
-HEADERS = [Path(__file__).with_name("cpu_decode_bf16.h")]  # in the build's hash: a change rebuilds
+# in the build's hash: a change rebuilds
+HEADERS = [Path(__file__).with_name(name) for name in ("cpu_decode_bf16.h", "cpu_float_rows.h")]
 WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
 _STATE: dict[str, str | bool] = {}
 # -ffast-math lets the compiler vectorize exp and reassociate the dot products (1.7x on a first version)

@@ -9,23 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace {
 
-// fp32 -> T, rounding to nearest even; bf16 by integer arithmetic on the bits (c10's conversion, with its NaN
-// branch, keeps the loop scalar).
-template <typename T>
-inline void narrow(const float* src, T* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
-}
-
-template <>
-inline void narrow<c10::BFloat16>(const float* src, c10::BFloat16* dst, int64_t n) {
-  const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
-  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = uint16_t((s[i] + 0x7fffu + ((s[i] >> 16) & 1u)) >> 16);
-}
+#include "cpu_float_rows.h"
 
 // Row r of a [rows, keys] block may see keys [0, first + r]: the rest are set to 0.
 template <typename T>
@@ -46,6 +35,7 @@ void causal_softmax_rows(T* x, int64_t blocks, int64_t rows, int64_t keys, int64
       }
       const float inv = 1.f / sum;
       for (int64_t j = 0; j < n; ++j) b[j] *= inv;
+      round_in_place<T>(b, n);
       narrow(b, row, n);
       std::fill(row + n, row + keys, static_cast<T>(0.f));
     }
