@@ -308,8 +308,10 @@ def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     becomes a per-request overhead; --at-rate then shows the measured point beside the prediction."""
     server = scripted("--ttft-ms", "60", "--itl-ms", "20")
     out = tmp_path / "sweep"
+    # warm-up requests first: a loaded CI machine's first, cold requests read TTFT 75 against the server's 60 ms
     r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "2,4",
-                                  "--duration", "3", "--output-len", "16", "--out", str(out), "--no-progress"])
+                                  "--duration", "4", "--warmup", "2", "--output-len", "16", "--out", str(out),
+                                  "--no-progress"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
                                   "--gpu", "L4", "--no-search"])

@@ -4,7 +4,7 @@ Factors are fitted on the lowest measured rates, replaying each rate's own arriv
 simulator: a scale on the GPU part of the step (so the simulated median TPOT equals the measured one), the
 prompt's compute (TTFT against prompt length), a per-request overhead (the median TTFT the engine's steps do not
 explain) and, from two rates or more, a cost per sequence in a step: where the higher rate's TPOT rises faster
-than the model's own batching makes it, each token costs the server something the GPU priors do not hold (on a
+than the model's own batching makes it (one scale misses either end by more than 5 %), each token costs the server something the GPU priors do not hold (on a
 CPU server, detokenizing and streaming every token on the very cores that run the model). The scale then
 matches the lowest rate's median TPOT and the per-sequence cost the highest's. All transfer to other rates,
 tensor-parallel sizes and GPUs: the scale multiplies the target GPU's own efficiency priors.
@@ -118,7 +118,9 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     slope = _ttft_slope(runs[:1])
     lowest, highest = runs[:1], runs[-1:]
     low_tpot, high_tpot = (float(ok["tpot"].median()) for _, ok in (runs[0], runs[-1]))
-    rises = per_sequence and len(runs) > 1 and high_tpot > low_tpot
+    one_scale = [tpot(_fitted(roof, scale, prefill, 0.0), [run]) / float(run[1]["tpot"].median()) - 1
+                 for run in (runs[0], runs[-1])] if per_sequence and len(runs) > 1 else [0.0]
+    rises = high_tpot > low_tpot and max(map(abs, one_scale)) > ONE_SCALE_TOLERANCE
     for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
         before = (scale, prefill, per_seq)
         if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
@@ -152,6 +154,9 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
 PREFILL_RANGE = (1e-3, 1e3)
 ROUNDS = 8  # alternate the fits until no factor moves by 1 %
 SEQ_RANGE = (1e-7, 1.0)  # seconds per sequence a step; below the floor it is not fitted (0)
+# one scale that follows both ends' median TPOT this closely needs no per-sequence cost: a steady server whose TPOT
+# rose by the measurement's noise alone (a loaded client) must not be given one
+ONE_SCALE_TOLERANCE = 0.05
 
 
 def _ttft_slope(runs: list, simulated: bool = False) -> float | None:
