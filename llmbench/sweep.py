@@ -247,8 +247,10 @@ def _requests(workload: Workload, tokenizer, rate: float, sent: set[str]) -> tup
                                     **workload.options)
     if not sent:
         return requests, info
-    unsent = [r for r in requests if _prompt_key(r) not in sent]
-    return (unsent + [r for r in requests if _prompt_key(r) in sent])[:count], info
+    seen = [_prompt_key(r) in sent for r in requests]
+    unsent = [r for r, dup in zip(requests, seen, strict=True) if not dup]
+    again = [r for r, dup in zip(requests, seen, strict=True) if dup]  # only if the draw ran out of unsent ones
+    return (unsent + again)[:count], info
 
 
 def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str, index: int, rate: float,

@@ -4,10 +4,11 @@ Factors are fitted on the lowest measured rates, replaying each rate's own arriv
 simulator: a scale on the GPU part of the step (so the simulated median TPOT equals the measured one), the
 prompt's compute (TTFT against prompt length), a per-request overhead (the median TTFT the engine's steps do not
 explain) and, from two rates or more, a cost per sequence in a step: where the higher rate's TPOT rises faster
-than the model's own batching makes it (one scale misses either end by more than 5 %), each token costs the server something the GPU priors do not hold (on a
-CPU server, detokenizing and streaming every token on the very cores that run the model). The scale then
-matches the lowest rate's median TPOT and the per-sequence cost the highest's. All transfer to other rates,
-tensor-parallel sizes and GPUs: the scale multiplies the target GPU's own efficiency priors.
+than the model's own batching makes it (one scale misses either end by more than 5 %), each token costs the server
+something the GPU priors do not hold (on a CPU server, detokenizing and streaming every token on the very cores
+that run the model). The scale then matches the lowest rate's median TPOT and the per-sequence cost the highest's.
+All transfer to other rates, tensor-parallel sizes and GPUs: the scale multiplies the target GPU's own efficiency
+priors.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
         before = (scale, prefill, per_seq)
         if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
-            prefill = bisect(lambda x, s=scale, q=per_seq: _ttft_slope(list(replay(_fitted(roof, s, x, q), runs[:1])),
-                                                                       simulated=True) >= slope, *PREFILL_RANGE, steps=16)
+            prefill = bisect(lambda x, s=scale, q=per_seq: _ttft_slope(
+                list(replay(_fitted(roof, s, x, q), runs[:1])), simulated=True) >= slope, *PREFILL_RANGE, steps=16)
         if rises:
             if tpot(_fitted(roof, scale, prefill, SEQ_RANGE[0]), highest) < high_tpot:
                 per_seq = bisect(lambda x, s=scale, p=prefill: tpot(_fitted(roof, s, p, x), highest) >= high_tpot,
@@ -135,7 +136,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
             scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q), lowest) >= low_tpot,
                            *SCALE_RANGE)
         else:
-            scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q)) >= measured_tpot, *SCALE_RANGE)
+            scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q)) >= measured_tpot,
+                           *SCALE_RANGE)
         if all(abs(a - b) <= 0.01 * max(abs(b), 1e-12) for a, b in zip((scale, prefill, per_seq), before,
                                                                         strict=True)):
             break

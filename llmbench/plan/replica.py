@@ -117,7 +117,8 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
                          "on a quiet server")
     rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
                      f"priors), the per-request overhead ({cal.request_overhead * 1000:.1f} ms)"
-                     + (f" and the cost per sequence a step (+{cal.seq_overhead * 1e6:.0f} µs)" if cal.seq_overhead else "")
+                     + (f" and the cost per sequence a step (+{cal.seq_overhead * 1e6:.0f} µs)"
+                        if cal.seq_overhead else "")
                      + "; memory, KV capacity, "
                      "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
     return rep
