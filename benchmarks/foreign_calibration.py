@@ -103,10 +103,13 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
 
 def _only(folder: Path, labels: list[str]) -> Path:
     """A copy of `folder` holding only `labels` (calibration takes the folder's first non-saturated rates)."""
+    import atexit
     import shutil
     import tempfile
 
-    out = Path(tempfile.mkdtemp()) / folder.name
+    scratch = tempfile.mkdtemp(prefix="llmbench-calibration-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    out = Path(scratch) / folder.name
     out.mkdir()
     # by whole name: label rate-1 must not take rate-1.5's files
     for path in [folder / "metadata.json", *(p for label in labels for p in RunFiles(folder, label).plain_files)]:
