@@ -236,9 +236,11 @@ def _prompt_key(request: datasets.Request) -> str:
     return request.prompt if request.prompt is not None else json.dumps(request.messages)
 
 
-def _requests(workload: Workload, tokenizer, rate: float, sent: set[str]) -> tuple[list, datasets.DatasetInfo]:
-    """The rate's requests: the seeded draw every rate sends, or, where the server's prefix cache cannot be dropped
-    between rates (`sent`: the prompts earlier rates sent), the same draw made longer with those skipped. A cached
+def _requests(workload: Workload, tokenizer, rate: float, sent: set[str]
+              ) -> tuple[list, datasets.DatasetInfo, int]:
+    """The rate's requests and how many of them an earlier rate sent: the seeded draw every rate sends, or, where
+    the server's prefix cache cannot be dropped between rates (`sent`: the prompts earlier rates sent), the same
+    draw made longer with those skipped (taken again only when the dataset runs out of others). A cached
     prompt flatters TTFT and, with no prefill among the decodes, TPOT too: on vLLM-CPU the same requests at the
     same rate, back to back (2.5 req/s, 150 ShareGPT requests), read TTFT P50/P99 77/392 ms and TPOT P50/P99
     20.1/37.3 ms sent first, 47/83 and 16.1/22.2 ms sent again."""
@@ -246,11 +248,11 @@ def _requests(workload: Workload, tokenizer, rate: float, sent: set[str]) -> tup
     requests, info = datasets.build(workload.dataset, tokenizer, count + len(sent), workload.seed,
                                     **workload.options)
     if not sent:
-        return requests, info
+        return requests, info, 0
     seen = [_prompt_key(r) in sent for r in requests]
     unsent = [r for r, dup in zip(requests, seen, strict=True) if not dup]
-    again = [r for r, dup in zip(requests, seen, strict=True) if dup]  # only if the draw ran out of unsent ones
-    return (unsent + again)[:count], info
+    again = [r for r, dup in zip(requests, seen, strict=True) if dup]
+    return (unsent + again)[:count], info, max(count - len(unsent), 0)
 
 
 def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str, index: int, rate: float,
@@ -258,7 +260,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     """One rate: workload, schedule, run, result files. False when the sweep must stop here."""
     why_not = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else None
     fresh = why_not is not None and plan.workload.dataset in SAMPLED
-    requests, info = _requests(plan.workload, tokenizer, rate, outcome.sent if fresh else set())
+    requests, info, reused = _requests(plan.workload, tokenizer, rate, outcome.sent if fresh else set())
     if fresh:
         outcome.sent.update(_prompt_key(r) for r in requests)
     if index == 0:
@@ -274,6 +276,9 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
             "each rate sends prompts no earlier rate sent (the same seeded draw, the ones already sent skipped), "
             "so none finds its prompts cached" if fresh else
             "a rate may find prompts an earlier one sent still cached, which flatters its TTFT"))
+    if reused:
+        view.note(f"{reused} of this rate's {len(requests)} prompts were sent by an earlier rate (the dataset holds "
+                  "no more unsent ones): they may find their prefixes cached")
     view.rate_started(index, len(plan.rates), rate, len(requests))
     if plan.transport == "locust":
         run, extra = _locust(plan, target, rate, requests, tokenizer_id, files)
@@ -288,7 +293,8 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     body["schedule"] = "trace" if requests and all(r.timestamp is not None for r in requests) else "rate"
     body["window_s"] = plan.workload.duration if math.isfinite(rate) else None
     body["prefix_cache_reset"] = plan.reset_prefix_cache and why_not is None
-    body["fresh_prompts"] = fresh  # no prompt an earlier rate of this sweep sent (the cache could not be reset)
+    body["fresh_prompts"] = fresh and not reused  # no prompt an earlier rate sent (the cache could not be reset)
+    body["reused_prompts"] = reused
     try:
         row = results.write_result(files, body)
         results.write_summary(plan.out, [*outcome.rows, row])

@@ -60,6 +60,21 @@ def test_sweep_multiple_rates_and_chat(scripted, tmp_path, tiny_model):
     assert [json.loads((out / f"rate-{r}.json").read_text())["fresh_prompts"] for r in (5, 10)] == [True, True]
 
 
+
+def test_fresh_prompts_say_when_the_dataset_ran_out(monkeypatch):
+    """Where a dataset holds fewer unsent prompts than a rate needs, the rate tops up with prompts an earlier rate
+    sent, counts them, and is not marked as fresh."""
+    from llmbench import datasets, sweep
+
+    pool = [datasets.Request(f"prompt {i}", 3, 4) for i in range(5)]
+    monkeypatch.setattr(datasets, "build", lambda name, tokenizer, n, seed=0, **kw: (pool[:n], None))
+    work = sweep.Workload(dataset="random", num_prompts=3)
+    first, _, reused = sweep._requests(work, None, 1.0, set())
+    assert reused == 0 and len(first) == 3
+    sent = {sweep._prompt_key(r) for r in first}
+    second, _, reused = sweep._requests(work, None, 1.0, sent)
+    assert [r.prompt for r in second] == ["prompt 3", "prompt 4", "prompt 0"] and reused == 1
+
 def test_target_dies_mid_run(scripted, tmp_path, tiny_model):
     from conftest import stop_after_records
 
