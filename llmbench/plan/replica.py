@@ -77,7 +77,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "tail terms: per-operator roofline (a large batch's KV read adds to its compute-bound GEMMs); knee (an "
              f"operator's memory and compute times meet as a p-norm, p = {roof.knee_p:g}, so steps grow with the queue "
              "under load); "
-             "saturation (no rate at or past the full-batch throughput: its queue grows without bound); latencies "
+             "saturation (no rate at or past the full-batch throughput: its queue grows without bound); burst "
+             "ingest (a closed loop's first step carries its first request alone); latencies "
              "at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
