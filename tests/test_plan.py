@@ -499,7 +499,12 @@ def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_pat
 class _PrefillClock:
     """A step costs 1 ms per prefill token and 10 ms per decode step."""
 
-    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0):
+    def __init__(self):
+        self.pairs = []
+
+    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0,
+                  prefill_pairs=None):
+        self.pairs.append(prefill_pairs)
         return prefill_tokens * 1e-3 + (decode_seqs > 0) * 0.01
 
 
@@ -514,3 +519,18 @@ def test_a_closed_loops_opening_burst_reaches_the_engine_one_request_at_a_time()
     together = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16, burst_ingest=0.0),
                         concurrency=c)
     np.testing.assert_allclose(together.ttft[:c], [0.4] * c)
+
+
+def test_a_prompt_attends_only_to_itself_in_a_shared_prefill_step():
+    """Causal attention pairs are summed prompt by prompt (each n·(cached + n/2)): three prompts in one step are
+    not one prompt of their total length, and a chunk attends over its own earlier chunks."""
+    clock = _PrefillClock()
+    simulate(np.zeros(3), np.array([100, 200, 300]), np.ones(3, dtype=int), clock, EngineShape(64, 4096, 10**6, 16))
+    assert clock.pairs[0] == 100 * 50 + 200 * 100 + 300 * 150
+    clock = _PrefillClock()
+    simulate(np.zeros(1), np.array([3000]), np.ones(1, dtype=int), clock, EngineShape(64, 2048, 10**6, 16))
+    assert clock.pairs[:2] == [2048 * 1024, 952 * (2048 + 476)]
+    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
+    one = roof.step_time(8192, 0, 0, 0, 1)
+    assert roof.step_time(8192, 0, 0, 0, 1, 8192 * 4096) == one
+    assert roof.step_time(8192, 0, 0, 0, 32, 32 * 256 * 128) < 0.95 * one  # 32 prompts of 256: no 8,192² attention

@@ -35,7 +35,8 @@ class LinearStepModel:
         return v[-1] + slope * (decode_seqs - k[-1])
 
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float:
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0, prefill_pairs: float | None = None
+                  ) -> float:
         attended = context_tokens + cached_context + prefill_tokens
         t = (self.decode_cost(decode_seqs) + self.b_prefill * prefill_tokens + self.b_prefill_seq * prefill_seqs
              + self.b_context * attended)

@@ -114,17 +114,20 @@ class RooflineModel:
         return 2 * (m.active_params - m.embedding_params) * tokens + 2 * m.vocab * m.hidden * samples
 
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float:
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0, prefill_pairs: float | None = None
+                  ) -> float:
         """One engine step: `prefill_tokens` new prompt tokens (attending over `cached_context` earlier
-        tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total."""
+        tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total. `prefill_pairs`:
+        the prefills' causal query-key pairs, each prompt's own n·(cached + n/2) summed (None: one prompt)."""
         m = self.model
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
         attn_width = m.heads * m.head_dim
         linear_flops = self.gemm_flops(tokens, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
-        attn_flops = 4 * m.layers * attn_width * (prefill_tokens * (cached_context + prefill_tokens / 2)
-                                                  + context_tokens)
+        if prefill_pairs is None:
+            prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
+        attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
         kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
         touched = self.weight_bytes * (m.params_read(tokens) / m.params) if m.experts > 1 else self.weight_bytes
         eff, e = self.efficiency, self.engine

@@ -14,7 +14,8 @@ import numpy as np
 
 class StepModel(Protocol):
     def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
-                  cached_context: float = 0.0, prefill_seqs: float = 0.0) -> float: ...
+                  cached_context: float = 0.0, prefill_seqs: float = 0.0, prefill_pairs: float | None = None
+                  ) -> float: ...
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 now = max(now, pending[0].arrival)
                 continue
             break
-        prefill = decode = context = cached = prefill_seqs = 0
+        prefill = decode = context = cached = prefill_seqs = pairs = 0
         for r, n in batch:
             if n == 1 and r.generated > 0 and r.todo == 1:
                 decode += 1
@@ -122,7 +122,8 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 prefill += n
                 prefill_seqs += 1
                 cached += r.computed
-        now += model.step_time(prefill, decode, context, cached, prefill_seqs)
+                pairs += n * (r.computed + n / 2)  # causal attention within its own prompt only
+        now += model.step_time(prefill, decode, context, cached, prefill_seqs, pairs)
         decodes += prefill == 0
         deliver = decodes % k == 0 or prefill > 0
         for r, n in batch:
