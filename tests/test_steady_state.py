@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from llmbench.cli import main
 from llmbench.records import RequestRecord
-from llmbench.steady_state import scheduled_latencies, steady_state
+from llmbench.steady_state import opening_burst, scheduled_latencies, steady_state
 
 ARGS = ("--dataset", "random", "--input-len", "8", "--output-len", "20", "--random-range-ratio", "0", "--constant",
         "--no-progress")
@@ -55,3 +55,19 @@ def test_a_run_too_short_has_no_steady_state_and_a_timely_one_no_note():
     assert "longer --duration" in steady_state(ramp_filled, (50, 99))["reason"]
     _, note = scheduled_latencies([_record(i * 0.1, 0.05) for i in range(40)], (50, 99))
     assert note is None
+
+
+def test_a_fixed_concurrency_run_says_when_its_opening_burst_sets_the_p99_ttft(scripted, tmp_path, tiny_model):
+    """The server holds the 2nd-4th of the first four requests sent together for 0.5 s (a first prefill they
+    share): the P99 TTFT of 40 requests is theirs, and the note gives the other 36's."""
+    server = scripted("--ttft-ms", "20", "--itl-ms", "2", "--stall-after", "2", "--stall-s", "0.5")
+    out = tmp_path / "burst"
+    r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--num-prompts",
+                                  "40", "--max-concurrency", "4", *ARGS, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    row = json.loads((out / "rate-inf-c4.json").read_text())
+    assert row["p99_ttft_ms"] > 400
+    assert "is the opening burst's: the first 4 requests" in r.output
+    assert "other 36 requests' P99 TTFT" in r.output
+    calm = [_record(i * 0.1, 0.05) for i in range(40)]
+    assert opening_burst(calm, 4, (50, 99)) is None and opening_burst(calm, None, (50, 99)) is None
