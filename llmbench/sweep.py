@@ -337,16 +337,14 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
 def _honest_latency(plan: SweepPlan, rate: float, run: RunResult) -> None:
     """Latency from the scheduled send where there is a schedule (not at rate inf), else what sets a fixed
     concurrency's top TTFT percentile, and the steady state."""
+    ok = [r for r in run.records if r.success and not r.warmup and not r.interrupted and r.chunk_times]
     if math.isfinite(rate) and not plan.users:
-        ok = [r for r in run.records if r.success and not r.warmup and not r.interrupted and r.chunk_times]
         figures, note = steady_state.scheduled_latencies(ok, plan.percentiles)
         run.metrics |= figures
-        if note:
-            run.notes.append(note)
     else:
-        ok = [r for r in run.records if r.success and not r.warmup and not r.interrupted and r.chunk_times]
-        if note := steady_state.opening_burst(ok, plan.max_concurrency, plan.percentiles):
-            run.notes.append(note)
+        note = steady_state.opening_burst(ok, plan.max_concurrency, plan.percentiles)
+    if note:
+        run.notes.append(note)
     if plan.steady_state:
         run.metrics["steady_state"] = steady_state.steady_state(run.records, plan.percentiles)
 
