@@ -11,7 +11,17 @@ import pytest
 from click.testing import CliRunner
 
 from llmbench.cli import main
-from llmbench.plan import bands, burst_runs, engines, gpus, held_out, mlperf, models, rate_sweep
+from llmbench.plan import (
+    bands,
+    burst_runs,
+    engines,
+    gpus,
+    held_out,
+    inference_sim,
+    mlperf,
+    models,
+    rate_sweep,
+)
 from llmbench.plan.published import CASES, HELD_OUT, SOURCES, error_summary, inside, validate
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, saturation
@@ -31,7 +41,7 @@ def test_mlperf_rows_are_tuning_and_the_held_out_half_has_enough_tails():
     cases = mlperf.cases()
     assert {c.row for c in cases} == {"M4", "M5"} and not set(HELD_OUT) & {"M4", "M5"}
     assert all((c.row == "M5") == ("v5.1" in c.what) for c in cases)
-    every = CASES + held_out.CASES + cases + rate_sweep.CASES + burst_runs.CASES
+    every = CASES + inference_sim.CASES + held_out.CASES + cases + rate_sweep.CASES + burst_runs.CASES
     held = [m for c in every if c.row in HELD_OUT for m in c.published]
     assert len(held) >= 40 and sum(m.startswith("p99_") or m == "capacity" for m in held) >= 15
     assert set(HELD_OUT) <= set(SOURCES) and {c.row for c in every} <= set(SOURCES)
@@ -73,6 +83,33 @@ def test_the_moe_bursts_are_held_out_by_their_rule():
     assert "latency" not in bands.NOTES["MoE"] and bands.BANDS["MoE"]["p99"] != bands.BANDS["dense, TP <= 2"]["p99"]
 
 
+def test_inference_sims_vllm_run_is_a_tuning_source_phrased_as_it_ran():
+    """inference-sim's ground truth (vLLM 0.14's fork on one H100): a tuning source, its file named; the run as its
+    README states it (a 100-token system prompt held by the prefix cache and a 934-token question, 1,448 output
+    tokens, 1 req/s, the server's --max-num-batched-tokens 1024), means and tails of TTFT and end-to-end latency."""
+    (case,) = inference_sim.CASES
+    assert case.row == "I" and case.row not in HELD_OUT and case.source == inference_sim.SOURCE and "I" in SOURCES
+    assert (case.mode, case.value, case.isl, case.osl) == ("rate", 1.0, 1034, 1448)
+    assert case.knobs == {"max_num_batched_tokens": 1024} and case.prefix_hit_rate == pytest.approx(100 / 1034)
+    assert engines.profile(case.engine, gpus.gpu(case.gpu)).defaults.startswith("vLLM 0.14 (V1)")
+    assert {m.split("_")[0] for m in case.published} == {"mean", "p90", "p99"}
+
+
+def test_vllm_v1_takes_its_own_fixed_costs():
+    """vLLM from 0.8 (V1: CUDA-graph decode steps, the engine core apart from the API server) pays TensorRT-LLM's
+    fixed costs, older vLLM BLIS's fit; on source I they bring the end-to-end latency closer to the published."""
+    h100 = gpus.gpu("H100-SXM")
+    v1, v0 = engines.profile("vllm@0.14", h100), engines.profile("vllm@0.6", h100)
+    assert (v1.step_overhead, v1.layer_overhead, v1.request_overhead) == (60e-6, 8e-6, 5e-3)
+    assert v0.layer_overhead == engines.PROFILES["vllm"].layer_overhead > v1.layer_overhead
+    (case,) = inference_sim.CASES
+    now = validate([case])
+    old = validate([replace(case, engine="vllm@0.6", knobs={**case.knobs, "chunked_prefill": True,
+                                                               "max_num_seqs": 1024})])
+    error = {r["metric"]: abs(r["error"]) for r in now}
+    assert all(error[r["metric"]] < abs(r["error"]) for r in old if r["metric"].endswith("e2el_ms"))
+
+
 def test_held_out_figures_inside_their_bands():
     """The stored table of every row: at least 90 % of the held-out figures inside their signed bands, which are
     the ones `bands.derive` draws from those errors; the halves summarised apart."""
@@ -93,6 +130,7 @@ def test_the_stored_table_is_what_the_planner_says_now():
     stored = {(r["case"], r["metric"]): r for r in json.loads(TABLE.read_text())}
     sample = held_out.CASES[::8] + mlperf.cases([r for r in mlperf.ROWS if r.round == mlperf.LATER
                                                  and (r.submitter, r.system) in RECOMPUTED]) + rate_sweep.CASES[::3] + burst_runs.CASES[::3]
+    sample += inference_sim.CASES
     rows = validate(sample)
     assert len(rows) >= 15
     for r in rows:

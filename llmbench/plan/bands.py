@@ -22,11 +22,11 @@ from llmbench.plan.models import ModelSpec
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")
 KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
-DENSE = {"latency": (-0.45, 0.55), "p99": (-0.45, 0.95), "memory": (-0.05, 0.05)}
+DENSE = {"latency": (-0.45, 0.6), "p99": (-0.45, 0.9), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.55, 0.2), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.1, 0.15), "latency": (-0.25, 0.1)},
-    "MoE": {**DENSE, "throughput": (-0.1, 1.15), "latency": (-0.8, 0.5), "p99": (-0.85, 0.35)},
+    "MoE": {**DENSE, "throughput": (-0.1, 1.15), "latency": (-0.8, 0.45), "p99": (-0.85, 0.35)},
     "near saturation": {"latency": (-0.7, 6.25), "p99": (-0.7, 10.55)},
 }
 NOTES = {

@@ -3,7 +3,8 @@ GPU math is the same: default knobs, how a step is scheduled, fixed costs per st
 and per request, and how the KV pool is carved out of GPU memory.
 
 Figures and where they come from (planning.md §3 and §9): vLLM's overheads are BLIS's trained-physics fit on
-H100 (~126 µs/step, ~32 µs/layer, ~4 µs/request in the batch, API α₀ ≈ 15.6 ms/request). SGLang's and
+H100 (~126 µs/step, ~32 µs/layer, ~4 µs/request in the batch, API α₀ ≈ 15.6 ms/request) up to 0.7 (V0); its V1
+engine (0.8 on) takes TensorRT-LLM's (`V1_COSTS`, chosen on the tuning half). SGLang's and
 TensorRT-LLM's are smaller (CUDA graphs and an overlap scheduler; a C++ runtime) and are priors chosen with
 rows A-C in view, as are the bundled engine's (a Python loop: more per step). `llmbench plan validate` shows
 how far each lands from the published rows; calibrate on your own sweep (`plan --results`) to replace them.
@@ -67,6 +68,11 @@ PROFILES = {
 
 LATEST_VLLM = (0, 32)
 V1 = (0, 8)  # vLLM's V1 engine, with defaults that depend on the GPU, from 0.8 on
+# V1's fixed costs: TensorRT-LLM's (its decode steps replay CUDA graphs and its engine core runs apart from the API
+# server), not BLIS's fit. Chosen on the tuning half once source I (inference-sim's vLLM 0.14 on an H100) joined
+# it, among {BLIS's, these} x {MBU as TensorRT-LLM's x1.1, or not}: objective 4.34 with BLIS's, 4.26 with these,
+# 4.30 / 4.35 with the MBU raised; I's latencies +48 % -> +27 % (benchmarks/README.md).
+V1_COSTS = {"step_overhead": 60e-6, "layer_overhead": 8e-6, "seq_overhead": 2e-6, "request_overhead": 5e-3}
 
 
 def profile(name: str, gpu=None, max_model_len: int | None = None) -> EngineProfile:
@@ -103,5 +109,5 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     big = gpu is not None and gpu.memory >= 70 * GiB and "A100" not in gpu.name
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     on = f" on {gpu.name}" if gpu is not None else ""
-    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True,
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}
