@@ -73,11 +73,17 @@ def test_the_rate_sweep_is_held_out_and_phrased_as_it_ran():
 
 
 def test_the_moe_bursts_are_held_out_by_their_rule():
-    """GPUStack's Qwen3-235B-A22B runs: every request at once, held out, the page named; the MoE class gets its
-    latency and P99 bands from them (no longer borrowed), and each run keeps its own server flags."""
-    cases = burst_runs.CASES
-    assert all(c.row in HELD_OUT and c.source == burst_runs.SOURCE and c.mode == "max" for c in cases)
+    """GPUStack's Qwen3-235B-A22B runs and, by the same rule, its dense Qwen3-14B page: every request at once, held
+    out, each page named; the MoE class gets its latency and P99 bands from them (no longer borrowed), and each run
+    keeps its own server flags."""
+    assert all(c.row in HELD_OUT and c.mode == "max" for c in burst_runs.CASES)
+    cases = [c for c in burst_runs.CASES if c.source == burst_runs.SOURCE]
+    dense = [c for c in burst_runs.CASES if c.source == burst_runs.DENSE_SOURCE]
+    assert len(cases) + len(dense) == len(burst_runs.CASES) and len(dense) == 11
     assert {c.tp for c in cases} == {4, 8} and all(models.model(c.model).experts > 1 for c in cases)
+    assert {(c.model, c.tp) for c in dense} == {("qwen3-14b", 1)} and {c.engine for c in dense} == {
+        "vllm@0.11", "sglang", "trtllm"}
+    assert models.model("qwen3-14b").params == pytest.approx(14.77e9, rel=0.01)
     tuned = [c for c in cases if c.knobs]
     assert tuned and all(c.knobs == {"max_num_batched_tokens": 16384} and c.weight_dtype == "fp8" for c in tuned)
     assert "latency" not in bands.NOTES["MoE"] and bands.BANDS["MoE"]["p99"] != bands.BANDS["dense, TP <= 2"]["p99"]

@@ -1,6 +1,6 @@
 """Uncertainty bands: by kind of figure (throughput, median/mean latency, P99 latency, memory) and by class of
 setup, the signed relative error (predicted / published - 1) the planner made on **held-out** published
-results: TensorRT-LLM's rows the priors never saw (held_out.py), a vLLM 0.14 rate sweep and GPUStack's MoE runs,
+results: TensorRT-LLM's rows the priors never saw (held_out.py), a vLLM 0.14 rate sweep and GPUStack's bursts,
 and every source's where fewer than two held-out sources have figures of a kind (`derive`). Each band runs from
 the 5th to the 95th percentile of those errors, widened by 2 % and rounded out to 5 %;
 `llmbench plan validate` prints them beside the errors, and tests/test_plan_validation.py fails if fewer than
@@ -22,16 +22,16 @@ from llmbench.plan.models import ModelSpec
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")
 KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
-DENSE = {"latency": (-0.45, 0.6), "p99": (-0.45, 0.9), "memory": (-0.05, 0.05)}
+DENSE = {"latency": (-0.7, 0.4), "p99": (-0.8, 0.4), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
-    "dense, TP <= 2": {"throughput": (-0.55, 0.2), **DENSE},
+    "dense, TP <= 2": {"throughput": (-0.35, 0.8), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.1, 0.15), "latency": (-0.25, 0.1)},
     "MoE": {**DENSE, "throughput": (-0.1, 1.15), "latency": (-0.8, 0.45), "p99": (-0.85, 0.35)},
     "near saturation": {"latency": (-0.7, 6.25), "p99": (-0.7, 10.55)},
 }
 NOTES = {
-    "dense, TP <= 2": "throughput, latency and P99 bands from every source's errors, tuning rows included (one "
-                      "held-out source each); memory from the held-out vLLM 0.14 sweep and the tuning rows",
+    "dense, TP <= 2": "throughput, latency and P99 bands from two held-out sources (the vLLM 0.14 sweep and "
+                      "GPUStack's Qwen3-14B bursts); memory from the held-out vLLM 0.14 sweep and the tuning rows",
     "dense, TP >= 4": "throughput from held-out TensorRT-LLM rows and latency from three tuning rows (no held-out "
                       "TP >= 4 latency); P99 and memory borrowed from dense TP <= 2",
     "MoE": "memory band borrowed from dense TP <= 2 (no MoE memory figure)",

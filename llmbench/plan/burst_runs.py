@@ -6,6 +6,12 @@ flags the planner models (TP, FP8 checkpoints, --max-num-batched-tokens), on Sha
 outputs ran to their set length. Left out by that rule: the expert-parallel runs (the planner has no EP), the
 crashed FlashInfer/XFormers runs, and the random 4K and 32K runs (their outputs ended early: 184 and 82 tokens of
 200 and 100 on average). ShareGPT is rescaled to each run's own token totals.
+
+The same lab's dense Qwen3-14B page on one H100 (`docs/performance-lab/qwen3-14b/h100.md` at 7ae332aa; vLLM 0.11.0,
+SGLang 0.5.5.post1, TensorRT-LLM 1.2.0rc1) was added by the same rule after vLLM V1's fixed costs were chosen, and
+read once: its ShareGPT runs of each engine and SGLang's FP8 checkpoint, and the random runs whose outputs reached
+99 % of their set length or more (vLLM's 32K run reached 98.55 %; the attention-backend variants set a flag the
+planner does not model).
 """
 
 from __future__ import annotations
@@ -42,14 +48,39 @@ RANDOM = [
 ]
 
 
-def _case(server: str, workload: str, figures: tuple, **shape) -> Case:
-    engine, tp, dtype, knobs = SERVERS[server]
-    return Case("G", f"G: Qwen3-235B-A22B {server}, {tp}xH100, {workload}, all at once", "qwen3-235b-a22b",
-                "H100-SXM", tp, engine, "max", 0, dict(zip(METRICS, figures, strict=True)), dtype, "bf16",
-                knobs=knobs, source=SOURCE, **shape)
+DENSE_SOURCE = "gpustack/gpustack:docs/performance-lab/qwen3-14b/h100.md"
+DENSE_SERVERS = {"vLLM 0.11 BF16": ("vllm@0.11", 1, "bf16", {}), "SGLang 0.5.5 BF16": ("sglang", 1, "bf16", {}),
+                 "TensorRT-LLM 1.2 BF16": ("trtllm", 1, "bf16", {}), "SGLang 0.5.5 FP8": ("sglang", 1, "fp8", {})}
+DENSE_SHAREGPT = [
+    ("vLLM 0.11 BF16", (1000, 217393, 201648), (3173.92, 22141.21, 21872.31, 31156.86, 226.03, 117.46, 621.87, 627.72)),
+    ("SGLang 0.5.5 BF16", (1000, 217393, 201628),
+     (4043.89, 9230.85, 8812.15, 19581.07, 235.33, 118.67, 1462.03, 442.65)),
+    ("TensorRT-LLM 1.2 BF16", (1000, 217393, 201612),
+     (4000.99, 10230.91, 9088.74, 24363.57, 161.58, 107.16, 579.49, 1440.77)),
+    ("SGLang 0.5.5 FP8", (1000, 217393, 201833), (5019.64, 7320.60, 7110.49, 13187.08, 251.67, 94.53, 1678.80, 383.61)),
+]
+DENSE_RANDOM = [
+    ("vLLM 0.11 BF16", (500, 4000, 200), (438.56, 112716.92, 110734.54, 219749.74, 132.45, 139.68, 161.93, 656.79)),
+    ("vLLM 0.11 BF16", (500, 2000, 100), (505.51, 50716.13, 49138.28, 94614.51, 206.51, 231.62, 236.67, 642.06)),
+    ("vLLM 0.11 BF16", (1000, 128, 4), (176.06, 18282.75, 18061.13, 22564.77, 525.31, 597.29, 610.81, 633.07)),
+    ("SGLang 0.5.5 FP8", (100, 32000, 100),
+     (31.09, 158068.68, 157591.30, 313702.45, 215.93, 212.59, 326.36, 5675.37)),
+    ("SGLang 0.5.5 FP8", (500, 4000, 200), (583.23, 82073.47, 85092.81, 165401.79, 84.93, 83.43, 131.23, 89.35)),
+    ("SGLang 0.5.5 FP8", (500, 2000, 100), (704.28, 33245.08, 33169.68, 68799.73, 143.22, 146.25, 216.28, 1987.27)),
+    ("SGLang 0.5.5 FP8", (1000, 128, 4), (512.83, 4489.43, 4057.99, 7239.77, 927.88, 962.87, 1793.61, 5043.60)),
+]
 
 
-CASES = ([_case(server, "ShareGPT", figures, requests=n, sharegpt_means=(prompt / n, output / n))
-          for server, (n, prompt, output), figures in SHAREGPT]
-         + [_case(server, f"random {isl}/{osl}", figures, requests=n, isl=isl, osl=osl)
-            for server, (n, isl, osl), figures in RANDOM])
+def _case(server: str, workload: str, figures: tuple, dense: bool = False, **shape) -> Case:
+    engine, tp, dtype, knobs = (DENSE_SERVERS if dense else SERVERS)[server]
+    model, name, source = ("qwen3-14b", "Qwen3-14B", DENSE_SOURCE) if dense else (
+        "qwen3-235b-a22b", "Qwen3-235B-A22B", SOURCE)
+    return Case("G", f"G: {name} {server}, {tp}xH100, {workload}, all at once", model, "H100-SXM", tp, engine, "max",
+                0, dict(zip(METRICS, figures, strict=True)), dtype, "bf16", knobs=knobs, source=source, **shape)
+
+
+CASES = [_case(server, "ShareGPT", figures, dense, requests=n, sharegpt_means=(prompt / n, output / n))
+         for dense, table in ((False, SHAREGPT), (True, DENSE_SHAREGPT))
+         for server, (n, prompt, output), figures in table]
+CASES += [_case(server, f"random {isl}/{osl}", figures, dense, requests=n, isl=isl, osl=osl)
+          for dense, table in ((False, RANDOM), (True, DENSE_RANDOM)) for server, (n, isl, osl), figures in table]

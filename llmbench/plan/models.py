@@ -118,6 +118,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, sliding_window=4096, max_positions=32768),
     ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, experts=8, top_k=2, max_positions=32768),
     ModelSpec("mixtral-8x22b", 56, 6144, 48, 8, 128, 16384, 32768, experts=8, top_k=2, max_positions=65536),
+    ModelSpec("qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, max_positions=40960),
     ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 12288, 151936, experts=128, top_k=8, moe_ffn=1536,
               max_positions=40960),
     ModelSpec("deepseek-v3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8, shared_experts=1,
