@@ -172,8 +172,8 @@ def workload(o: dict, options: dict):
 @plan_command.command("validate")
 @click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H", "M4", "M5", "I", "V", "G"]),
               help="Only these sources: A-E planning.md §9, M4 MLPerf v4.1, M5 MLPerf v5.1, I inference-sim's vLLM "
-                   "on H100 (tuning); H TensorRT-LLM's other rows, V a vLLM 0.14 rate sweep, G GPUStack's MoE bursts "
-                   "(held out).")
+                   "on H100 (tuning); H TensorRT-LLM's other rows, V a vLLM 0.14 rate sweep, G GPUStack's bursts (held "
+                   "out).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
 def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
     """Every published row put to the planner, predicted beside published: the tuning half (the sources the

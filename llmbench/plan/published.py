@@ -24,8 +24,8 @@ def kind(metric: str) -> str:
 
 # rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors, MLPerf v5.1 (M5, mlperf.py) the knee exponent
 # with them, inference-sim's vLLM ground truth on H100 (I, inference_sim.py) vLLM V1's fixed costs; TensorRT-LLM's
-# other rows (H, held_out.py), a vLLM 0.14 rate sweep (V, rate_sweep.py) and GPUStack's MoE bursts (G,
-# burst_runs.py) were read only after, never tuned on
+# other rows (H, held_out.py), a vLLM 0.14 rate sweep (V, rate_sweep.py) and GPUStack's bursts (G, burst_runs.py)
+# were read only after, never tuned on
 HELD_OUT = ("H", "V", "G")
 SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview (section 9 rows)",
            "C": "NIM 1.8 benchmarks", "D": "Databricks blog", "E": "llm-d memory results",
@@ -33,7 +33,7 @@ SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview
            "M5": "MLPerf Inference v5.1",
            "I": "inference-sim's vLLM ground truth on H100 (sim-to-real-accuracy-validation)",
            "V": "vLLM 0.14 rate sweep on H200 (DO-Solutions gtc-2026-doks)",
-           "G": "GPUStack performance lab, Qwen3-235B-A22B on H100"}
+           "G": "GPUStack performance lab, Qwen3-235B-A22B and Qwen3-14B on H100"}
 VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
 # trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
