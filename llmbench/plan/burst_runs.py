@@ -71,16 +71,20 @@ DENSE_RANDOM = [
 ]
 
 
-def _case(server: str, workload: str, figures: tuple, dense: bool = False, **shape) -> Case:
-    engine, tp, dtype, knobs = (DENSE_SERVERS if dense else SERVERS)[server]
-    model, name, source = ("qwen3-14b", "Qwen3-14B", DENSE_SOURCE) if dense else (
-        "qwen3-235b-a22b", "Qwen3-235B-A22B", SOURCE)
+PAGES = {SOURCE: ("qwen3-235b-a22b", "Qwen3-235B-A22B", SERVERS),
+         DENSE_SOURCE: ("qwen3-14b", "Qwen3-14B", DENSE_SERVERS)}  # page -> model, its name, the page's servers
+
+
+def _case(page: str, server: str, workload: str, figures: tuple, **shape) -> Case:
+    model, name, servers = PAGES[page]
+    engine, tp, dtype, knobs = servers[server]
     return Case("G", f"G: {name} {server}, {tp}xH100, {workload}, all at once", model, "H100-SXM", tp, engine, "max",
-                0, dict(zip(METRICS, figures, strict=True)), dtype, "bf16", knobs=knobs, source=source, **shape)
+                0, dict(zip(METRICS, figures, strict=True)), dtype, "bf16", knobs=knobs, source=page, **shape)
 
 
-CASES = [_case(server, "ShareGPT", figures, dense, requests=n, sharegpt_means=(prompt / n, output / n))
-         for dense, table in ((False, SHAREGPT), (True, DENSE_SHAREGPT))
-         for server, (n, prompt, output), figures in table]
-CASES += [_case(server, f"random {isl}/{osl}", figures, dense, requests=n, isl=isl, osl=osl)
-          for dense, table in ((False, RANDOM), (True, DENSE_RANDOM)) for server, (n, isl, osl), figures in table]
+SHAREGPT_RUNS = ((SOURCE, SHAREGPT), (DENSE_SOURCE, DENSE_SHAREGPT))
+RANDOM_RUNS = ((SOURCE, RANDOM), (DENSE_SOURCE, DENSE_RANDOM))
+CASES = [_case(page, server, "ShareGPT", figures, requests=n, sharegpt_means=(prompt / n, output / n))
+         for page, table in SHAREGPT_RUNS for server, (n, prompt, output), figures in table]
+CASES += [_case(page, server, f"random {isl}/{osl}", figures, requests=n, isl=isl, osl=osl)
+          for page, table in RANDOM_RUNS for server, (n, isl, osl), figures in table]
