@@ -17,6 +17,14 @@ from dataclasses import dataclass, replace
 from llmbench.plan.scheduler import EngineShape
 
 GiB = 2**30
+# Tail term `token drain`: the API server turns every streamed token of every running request into an SSE chunk on
+# one event loop (detokenize, JSON, write), apart from the engine and in step with it, so a step of n sequences
+# cannot be followed by the next sooner than n of these. Measured, not fitted: vLLM 0.32's API server on a 2-core
+# AMD EPYC Zen 5, CPU seconds per output token beyond those per request over `vllm bench serve` bursts (200 x 64
+# and 1,000 x 16 tokens; `benchmarks/front_end_cost.py`, two runs: medians 95 and 79 µs, their mean; the client's
+# own 55-63 µs are less). No other engine's front end was measured; theirs are Python event loops too and take
+# this figure as their prior.
+STREAM_TOKEN_COST = 87e-6
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class EngineProfile:
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
+    stream_token_cost: float = STREAM_TOKEN_COST  # front-end seconds per streamed token (tail term `token drain`)
 
     def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
         """The simulator's view of this engine with a KV pool of `kv_tokens`."""

@@ -36,6 +36,6 @@ def _what(model: str, gpu: str, tp: int, isl: int, osl: int) -> str:
 
 
 CASES = [Case("H", _what(model, gpu, tp, isl, osl), model, gpu, tp, "trtllm", "max", 0, {"output_throughput": tok},
-              "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl])
+              "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl], streamed=False)
          for model, setups, figures in TABLES for (isl, osl), row in zip(LENGTHS, figures, strict=True)
          for (gpu, tp), tok in zip(setups, row, strict=True) if tok is not None]

@@ -165,7 +165,7 @@ def cases(rows: list[Row] | None = None) -> list:
     out = []
     for r in ROWS if rows is None else rows:
         label = "M5" if r.round == LATER else "M4"
-        common = {"bench": r.bench, "tokens_per_sample": r.tokens_per_sample, "replicas": r.replicas}
+        common = {"bench": r.bench, "tokens_per_sample": r.tokens_per_sample, "replicas": r.replicas, "streamed": False}
         where = {"round": r.round, "submitter": r.submitter, "system": r.system,
                  "bench": r.bench.replace("llama2-70b", "llama2-70b-99")}
         model, dtype = MODELS[r.bench], r.dtype

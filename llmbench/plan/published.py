@@ -55,7 +55,8 @@ CASES = [
     Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, offline", "llama-3.1-8b", "A100-80GB", 1, "vllm@0.6", "max", 0,
          {"output_throughput": 4132.4}, requests=2500, knobs=VLLM_060),
     *[Case("B", f"B: Llama-3.1-8B FP8, 1x{gpu}, TensorRT-LLM, {isl}/{osl}, max throughput", "llama-3.1-8b", gpu, 1,
-           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl])
+           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl],
+           streamed=False)
       for gpu, col in (("H100-SXM", 2), ("H200", 3)) for isl, osl, *pubs in B for pub in [(isl, osl, *pubs)[col]]],
     *[Case("C", f"C: Llama-3.3-70B FP8, 2xH100 TP2, NIM, 5000/500, concurrency {c}", "llama-3.3-70b", "H100-SXM", 2,
            "trtllm", "concurrency", c, {"median_ttft_ms": ttft, "median_tpot_ms": itl, "output_throughput": tok},
@@ -86,6 +87,8 @@ def sharegpt_row_a(base: Workload) -> Workload:
 def predict(case: Case, sharegpt: Workload | None) -> dict:
     model, gpu = models.model(case.model), gpus.gpu(case.gpu)
     engine = engines.profile(case.engine, gpu).with_knobs(**case.knobs)
+    if not case.streamed:
+        engine = engine.with_knobs(stream_token_cost=0.0)
     mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
     if case.mode == "memory":
         return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}

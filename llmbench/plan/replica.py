@@ -78,7 +78,9 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              f"operator's memory and compute times meet as a p-norm, p = {roof.knee_p:g}, so steps grow with the queue "
              "under load); "
              "saturation (no rate at or past the full-batch throughput: its queue grows without bound); burst "
-             "ingest (a closed loop's first step carries its first request alone); latencies "
+             "ingest (a closed loop's first step carries its first request alone); token drain (a step of n "
+             f"streams lasts at least n x {engine.stream_token_cost * 1e6:.0f} µs, the API server's work per "
+             "streamed token); latencies "
              "at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")

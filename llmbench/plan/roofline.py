@@ -139,4 +139,5 @@ class RooflineModel:
         attention = knee(kv_bytes / byte_rate, attn_flops / flop_rate, self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
-        return self.scale * (linear + attention + self.allreduce_seconds(tokens)) + overhead
+        engine = self.scale * (linear + attention + self.allreduce_seconds(tokens)) + overhead
+        return max(engine, e.stream_token_cost * seqs)  # tail term `token drain` (engines.STREAM_TOKEN_COST)
