@@ -27,7 +27,7 @@ BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.35, 0.8), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.1, 0.15), "latency": (-0.25, 0.1)},
     "MoE": {**DENSE, "throughput": (-0.1, 1.15), "latency": (-0.8, 0.45), "p99": (-0.85, 0.35)},
-    "near saturation": {"latency": (-0.7, 6.25), "p99": (-0.7, 10.55)},
+    "near saturation": {"latency": (-0.7, 5.25), "p99": (-0.8, 7.95)},
 }
 NOTES = {
     "dense, TP <= 2": "throughput, latency and P99 bands from two held-out sources (the vLLM 0.14 sweep and "

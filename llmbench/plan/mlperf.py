@@ -1,6 +1,6 @@
 """MLPerf Inference results as validation rows: LoadGen's own summaries (`mlperf_log_summary.txt`) of the
-Llama-2-70B and Llama-3.1-8B benchmarks, each system with the engine settings its submission's code and configs
-state. Both rounds are tuning sources: **v4.1** (`mlcommons/inference_results_v4.1` at 198fc467) from the start,
+Llama-2-70B and Llama-3.1-8B benchmarks and v4.1's Mixtral-8x7B (the tuning half's only MoE latencies, added after
+the rest), each system with the engine settings its submission's code and configs state. Both rounds are tuning sources: **v4.1** (`mlcommons/inference_results_v4.1` at 198fc467) from the start,
 **v5.1** (`mlcommons/inference_results_v5.1`) held out until the `knee` term (roofline.py), whose exponent chosen
 on v4.1 alone (p = 1, the sum) predicted v5.1's Interactive runs, the only ones with a 256-token step budget,
 saturated (capacity -42 %, P99 TTFT +1,150 %); v5.1 then joined the tuning half so that the exponent is
@@ -35,12 +35,14 @@ from llmbench.plan.case import Case
 from llmbench.plan.workload import Workload
 
 DATA = Path(__file__).parent / "data"
-DATASETS = {"llama2-70b": "mlperf_openorca_lengths.csv.gz", "llama3.1-8b": "mlperf_cnn_dailymail_lengths.csv.gz"}
-MODELS = {"llama2-70b": "llama-2-70b", "llama3.1-8b": "llama-3.1-8b"}
-MAX_OUTPUT = {"llama2-70b": 1024, "llama3.1-8b": 128}
+DATASETS = {"llama2-70b": "mlperf_openorca_lengths.csv.gz", "llama3.1-8b": "mlperf_cnn_dailymail_lengths.csv.gz",
+            "mixtral-8x7b": "mlperf_mixtral_lengths.csv.gz"}
+MODELS = {"llama2-70b": "llama-2-70b", "llama3.1-8b": "llama-3.1-8b", "mixtral-8x7b": "mixtral-8x7b"}
+MAX_OUTPUT = {"llama2-70b": 1024, "llama3.1-8b": 128, "mixtral-8x7b": 1024}
 # P99 TTFT and TPOT bounds, ms (mlcommons/inference loadgen/mlperf.conf; workloads.md section 7)
 LIMITS = {("llama2-70b", "server"): (2000.0, 200.0), ("llama2-70b", "interactive"): (450.0, 40.0),
-          ("llama3.1-8b", "server"): (2000.0, 100.0), ("llama3.1-8b", "interactive"): (500.0, 30.0)}
+          ("llama3.1-8b", "server"): (2000.0, 100.0), ("llama3.1-8b", "interactive"): (500.0, 30.0),
+          ("mixtral-8x7b", "server"): (2000.0, 200.0)}
 LATER = "v5.1"  # the later round (label M5), tuning since the knee term
 SOURCE = ("mlcommons/inference_results_{round}:closed/{submitter}/results/{system}/{bench}/{scenario}/performance/"
           "run_1/mlperf_log_summary.txt")
@@ -117,6 +119,21 @@ ROWS = [
     Row('v5.1', 'llama3.1-8b', 'Quanta_Cloud_Technology', 'D75E-4U_H200-NVL-141GBx4_TRT', 'H200-NVL', 4, 1, 'trtllm', 'fp8', 128.0, 25180.8, (2048, 1536), (200.0, 1223.2, 30.2, 321.1, 28.7), (2048, 1536), (170.0, 146.4, 27.7, 53.5, 21.6), (2048, 1536)),
     Row('v5.1', 'llama3.1-8b', 'RedHat', 'IBM_Cloud_gx3-48x240x2l40s_vLLM', 'L40S', 1, 1, 'vllm@0.10', 'bf16', 128.0, 1642.2, None, (9.3, 407.2, 97.1, 123.7, 48.3), None, None, None),
     Row('v5.1', 'llama3.1-8b', 'RedHat', 'XE8640_4xH100_vLLM', 'H100-SXM', 1, 1, 'vllm@0.10', 'bf16', 128.0, 5777.1, None, (39.5, 1911.2, 25.1, 359.3, 23.1), None, None, None),
+    # Mixtral-8x7B (v4.1): settings from each submitter's configs/mixtral-8x7b (NVIDIA's harness, TP 1)
+    Row('v4.1', 'mixtral-8x7b', 'Dell', 'XE8640_H100_SXM_80GBx4_TRT', 'H100-SXM', 4, 1, 'trtllm', 'fp8', 145.9, 26824.4, (896, 8192), (176.0, 355.2, 116.5, 155.3, 96.0), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Fujitsu', 'GX2560M7_H100_SXM_80GBx4_TRT', 'H100-SXM', 4, 1, 'trtllm', 'fp8', 145.9, 26641.6, (1024, 8192), (174.0, 328.4, 109.4, 146.2, 90.5), (1024, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'GigaComputing', 'GIGABYTE_G593_SD1_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 145.9, 59334.8, (3072, 16384), (392.0, 570.5, 176.1, 244.4, 148.0), (1200, 8192), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Google', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52524.4, (896, 8192), (348.0, 1143.5, 124.5, 201.8, 105.9), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'HPE', 'GH200-GraceHopper-Superchip_GH200-144GB_aarch64x1_TRT', 'GH200', 1, 1, 'trtllm', 'fp8', 145.9, 8063.02, (3072, 16384), (51.0, 503.5, 182.1, 236.2, 139.7), (3072, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'HPE', 'HPE_Cray_XD670_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52395.1, (896, 8192), (348.0, 425.6, 121.0, 169.1, 100.7), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'NVIDIA', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52415.9, (896, 8192), (348.0, 628.9, 123.1, 180.0, 102.6), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'NVIDIA', 'GH200-GraceHopper-Superchip_GH200-144GB_aarch64x1_TRT', 'GH200', 1, 1, 'trtllm', 'fp8', 145.9, 8021.46, (3072, 16384), (51.0, 519.2, 190.0, 245.1, 145.5), (3072, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'NVIDIA', 'H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 145.9, 59022.3, (3072, 16384), (392.0, 539.7, 167.0, 227.6, 138.4), (1200, 8192), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Supermicro', 'AS_4125GS_TNHR2_LCC_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 51269.0, (896, 8192), (343.2, 1708.6, 127.6, 254.7, 109.3), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Supermicro', 'AS_8125GS_TNHR_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 50970.6, (896, 8192), (341.6, 1731.0, 127.6, 241.1, 109.1), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Supermicro', 'SYS_421GE_TNHR2_LCC_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52452.0, (896, 8192), (349.6, 1908.0, 125.7, 259.0, 107.7), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Supermicro', 'SYS_821GE_TNHR_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52353.8, (896, 8192), (347.2, 1824.8, 126.7, 256.7, 108.5), (896, 16384), None, None),
+    Row('v4.1', 'mixtral-8x7b', 'Sustainable_Metal_Cloud', 'SMC_H100_SXM_80GBX8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52817.7, (896, 8192), (348.0, 421.2, 119.8, 167.2, 99.8), (896, 16384), None, None),
 ]
 
 
