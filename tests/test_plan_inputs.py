@@ -120,3 +120,16 @@ def test_max_concurrency_under_a_bound_and_wide_bands_said_plainly(tmp_path):
     wide = CliRunner().invoke(main, ["plan", "--at-rate", "1", "--model", "mixtral-8x7b", "--gpu", "H100", "--tp", "2",
                                      "--num-prompts", "100", "--out", str(tmp_path / "w.json")])
     assert wide.exit_code == 0 and "order of magnitude only — measure it" in wide.output
+
+
+def test_more_api_servers_drain_a_thousand_streams_faster(tmp_path):
+    """`token drain`: a thousand streams at once outrun one API server's per-token work on an H100, so vLLM's
+    --api-server-count (front-end processes sharing the streams) raises the burst's throughput, and the plan
+    says the per-token figure it used."""
+    args = ("--max-throughput", "--model", "llama-3.1-8b", "--gpu", "H100", "--input-len", "128", "--output-len",
+            "256", "--num-prompts", "1000")
+    one, text = plan(tmp_path, *args)
+    four, text4 = plan(tmp_path, *args, "--api-server-count", "4")
+    assert four["simulated"]["point"]["output_throughput"] > 1.2 * one["simulated"]["point"]["output_throughput"]
+    assert "n x 87 µs" in " ".join(text.split()) and "n x 22 µs" in " ".join(text4.split())
+    assert "--api-server-count" in " ".join(e for e in four["estimates"] if "engine defaults" in e)

@@ -39,8 +39,10 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         gpu = gpus.gpu_from_spec(req.gpu_spec) if req.gpu_spec else gpus.gpu(req.gpu)
         model = models.model(req.model)
         max_len = req.knobs.get("max_model_len") or min(model.max_positions, max(work.max_tokens, 1))
-        engine = engines.profile(req.engine, gpu, max_len).with_knobs(
-            **{k: v for k, v in req.knobs.items() if k != "max_model_len"})
+        engine = engines.profile(req.engine, gpu, max_len)
+        servers = req.knobs.get("api_server_count", 1)  # vLLM's front-end processes share the token drain
+        engine = engine.with_knobs(stream_token_cost=engine.stream_token_cost / servers, **{
+            k: v for k, v in req.knobs.items() if k not in ("max_model_len", "api_server_count")})
     except KeyError as err:
         raise PlanError(str(err.args[0])) from None
     if work.max_tokens > max_len:
