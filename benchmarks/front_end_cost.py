@@ -1,6 +1,6 @@
 """What a server's front end costs per request and per streamed token (the planner's tail term `token drain`).
 
-    python benchmarks/front_end_cost.py --vllm /work/vllm-venv/bin/vllm [--model DIR] [--port 8012]
+    python benchmarks/front_end_cost.py --vllm /work/vllm-venv/bin/vllm [--model DIR] [--port 8012] [--chat]
 
 Starts vLLM-CPU serving the small model with its worker's threads on core 0 and the API server, engine core and
 client on core 1 (so the worker's spinning threads do not share a core with the event loops being measured),
@@ -87,7 +87,9 @@ class Sampler(threading.Thread):
 @click.option("--vllm", "vllm_bin", required=True, help="The `vllm` executable of a vllm-cpu environment.")
 @click.option("--model", default=str(Path.home() / ".cache/llmbench/models/llmbench-small"), show_default=True)
 @click.option("--port", default=8012, show_default=True)
-def main(vllm_bin: str, model: str, port: int) -> None:
+@click.option("--chat", is_flag=True, help="Drive /v1/chat/completions (the model's chat template) instead of "
+                                            "/v1/completions.")
+def main(vllm_bin: str, model: str, port: int, chat: bool) -> None:
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                         "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     url = f"http://127.0.0.1:{port}"
@@ -111,8 +113,10 @@ def main(vllm_bin: str, model: str, port: int) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for seed, (name, n, out) in enumerate(RUNS, 48):
                 start = time.time()
-                subprocess.run(["taskset", "-c", "1", vllm_bin, "bench", "serve", "--backend", "openai",
-                                "--base-url", url, "--model", model, "--tokenizer", model, "--dataset-name", "random",
+                endpoint = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"] if chat else [
+                    "--backend", "openai"]
+                subprocess.run(["taskset", "-c", "1", vllm_bin, "bench", "serve", *endpoint, "--base-url", url,
+                                "--model", model, "--tokenizer", model, "--dataset-name", "random",
                                 "--random-input-len", "8", "--random-output-len", str(out), "--num-prompts", str(n),
                                 "--ignore-eos", "--seed", str(seed), "--save-result", "--result-dir", tmp,
                                 "--result-filename", "r.json"], env=env, check=True, capture_output=True)
@@ -123,6 +127,7 @@ def main(vllm_bin: str, model: str, port: int) -> None:
         sampler.stop.set()
         os.killpg(server.pid, 15)
         server.wait(60)
+    print("endpoint:", "/v1/chat/completions" if chat else "/v1/completions")
     report(rows)
 
 
