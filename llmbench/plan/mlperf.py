@@ -1,6 +1,6 @@
 """MLPerf Inference results as validation rows: LoadGen's own summaries (`mlperf_log_summary.txt`) of the
-Llama-2-70B and Llama-3.1-8B benchmarks and v4.1's Mixtral-8x7B (the tuning half's only MoE latencies, added after
-the rest), each system with the engine settings its submission's code and configs state. Both rounds are tuning sources: **v4.1** (`mlcommons/inference_results_v4.1` at 198fc467) from the start,
+Llama-2-70B and Llama-3.1-8B benchmarks and both rounds' Mixtral-8x7B (the tuning half's only MoE latencies, added
+after the rest), each system with the engine settings its submission's code and configs state. Both rounds are tuning sources: **v4.1** (`mlcommons/inference_results_v4.1` at 198fc467) from the start,
 **v5.1** (`mlcommons/inference_results_v5.1`) held out until the `knee` term (roofline.py), whose exponent chosen
 on v4.1 alone (p = 1, the sum) predicted v5.1's Interactive runs, the only ones with a 256-token step budget,
 saturated (capacity -42 %, P99 TTFT +1,150 %); v5.1 then joined the tuning half so that the exponent is
@@ -134,6 +134,18 @@ ROWS = [
     Row('v4.1', 'mixtral-8x7b', 'Supermicro', 'SYS_421GE_TNHR2_LCC_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52452.0, (896, 8192), (349.6, 1908.0, 125.7, 259.0, 107.7), (896, 16384), None, None),
     Row('v4.1', 'mixtral-8x7b', 'Supermicro', 'SYS_821GE_TNHR_H100_SXM_80GBx8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52353.8, (896, 8192), (347.2, 1824.8, 126.7, 256.7, 108.5), (896, 16384), None, None),
     Row('v4.1', 'mixtral-8x7b', 'Sustainable_Metal_Cloud', 'SMC_H100_SXM_80GBX8_TRT', 'H100-SXM', 8, 1, 'trtllm', 'fp8', 145.9, 52817.7, (896, 8192), (348.0, 421.2, 119.8, 167.2, 99.8), (896, 16384), None, None),
+    # Mixtral-8x7B (v5.1): settings from each submitter's code (AMD's harness_llm yaml, V0 scheduler with
+    # multi-step) or configs (TensorRT-LLM's runtime max_num_tokens); HPE's RTX PRO 6000 left out (not in the catalog)
+    Row('v5.1', 'mixtral-8x7b', 'AMD', '8xMI300X_2xEPYC_9575F', 'MI300X', 8, 1, 'vllm@0.9', 'fp8', 143.7, 53017.3, (5000, 51200, 9), (335.0, 1527.7, 151.8, 762.4, 123.6), (4096, 32000, 8), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'AMD', '8xMI325X_2xEPYC_9575F_1', 'MI325X', 8, 1, 'vllm@0.9', 'fp8', 143.4, 68781.4, (4736, 51200, 13), (420.0, 1960.6, 194.6, 989.3, 147.0), (2560, 32000, 10), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'ASUSTeK', 'ESC_A8A_MI325X_256GBx8', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 143.6, 68121.2, (4736, 51200, 13), (391.0, 1654.9, 159.7, 847.5, 124.4), (2560, 32000, 10), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'ASUSTeK', 'ESC_N8_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 145.7, 61372.4, (3072, 9216), (410.0, 518.1, 187.2, 320.7, 166.6), (3072, 8192), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'Dell', 'XE9680_MI300X_192GBx8', 'MI300X', 8, 1, 'vllm@0.6', 'fp8', 143.5, 53333.9, (5000, 51200, 9), (335.0, 1626.2, 170.2, 820.7, 139.1), (4096, 32000, 8), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'GigaComputing', '8xMI325X_2xEPYC_9575F', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 143.3, 69692.0, (4736, 65000, 13), (405.0, 1975.4, 192.7, 981.8, 144.7), (2560, 32000, 10), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'HPE', 'HPE_Cray_XD670_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 145.9, 62108.4, (3072, 9216), (416.0, 591.8, 198.6, 339.1, 175.2), (3072, 8192), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'MiTAC', '8xMI325X_2xEPYC_9755', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 143.3, 67964.4, (4736, 51200, 13), (400.0, 1584.8, 147.9, 805.8, 116.0), (2560, 32000, 10), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'Quanta_Cloud_Technology', 'D75T-7U_8xMI325X', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 143.4, 68218.7, (4736, 51200, 13), (415.0, 1987.5, 195.1, 991.2, 147.7), (2560, 32000, 10), None, None),
+    Row('v5.1', 'mixtral-8x7b', 'Vultr', '8xMI325X_2xEPYC_9575F', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 143.7, 70035.6, (4736, 65000, 13), (394.0, 1661.5, 145.9, 849.5, 123.0), (2560, 32000, 7), None, None),
 ]
 
 
