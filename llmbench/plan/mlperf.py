@@ -1,6 +1,7 @@
 """MLPerf Inference results as validation rows: LoadGen's own summaries (`mlperf_log_summary.txt`) of the
 Llama-2-70B and Llama-3.1-8B benchmarks and both rounds' Mixtral-8x7B (the tuning half's only MoE latencies, added
-after the rest), each system with the engine settings its submission's code and configs state. Both rounds are tuning sources: **v4.1** (`mlcommons/inference_results_v4.1` at 198fc467) from the start,
+after the rest), each system with the engine settings its submission's code and configs state. Both rounds are
+tuning sources: **v4.1** (`mlcommons/inference_results_v4.1` at 198fc467) from the start,
 **v5.1** (`mlcommons/inference_results_v5.1`) held out until the `knee` term (roofline.py), whose exponent chosen
 on v4.1 alone (p = 1, the sum) predicted v5.1's Interactive runs, the only ones with a 256-token step budget,
 saturated (capacity -42 %, P99 TTFT +1,150 %); v5.1 then joined the tuning half so that the exponent is

@@ -39,10 +39,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         gpu = gpus.gpu_from_spec(req.gpu_spec) if req.gpu_spec else gpus.gpu(req.gpu)
         model = models.model(req.model)
         max_len = req.knobs.get("max_model_len") or min(model.max_positions, max(work.max_tokens, 1))
-        engine = engines.profile(req.engine, gpu, max_len)
-        servers = req.knobs.get("api_server_count", 1)  # vLLM's front-end processes share the token drain
-        engine = engine.with_knobs(stream_token_cost=engine.stream_token_cost / servers, **{
-            k: v for k, v in req.knobs.items() if k not in ("max_model_len", "api_server_count")})
+        engine = engines.profile(req.engine, gpu, max_len).with_knobs(
+            **{k: v for k, v in req.knobs.items() if k != "max_model_len"})
     except KeyError as err:
         raise PlanError(str(err.args[0])) from None
     if work.max_tokens > max_len:
@@ -81,7 +79,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "under load); "
              "saturation (no rate at or past the full-batch throughput: its queue grows without bound); burst "
              "ingest (a closed loop's first step carries its first request alone); token drain (a step of n "
-             f"streams lasts at least n x {engine.stream_token_cost * 1e6:.0f} µs, the API server's work per "
+             f"streams lasts at least n x {engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API "
+             "server's work per "
              "streamed token); latencies "
              "at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:

@@ -140,4 +140,4 @@ class RooflineModel:
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
         engine = self.scale * (linear + attention + self.allreduce_seconds(tokens)) + overhead
-        return max(engine, e.stream_token_cost * seqs)  # tail term `token drain` (engines.STREAM_TOKEN_COST)
+        return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`
