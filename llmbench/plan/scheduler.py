@@ -29,7 +29,7 @@ class EngineShape:
     chunked_prefill: bool = True
     scheduler_steps: int = 1
     reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
-    burst_ingest: float = 0.001  # seconds between a closed loop's opening requests reaching the engine (one at a time)
+    burst_ingest: float = 0.001  # seconds for a closed loop's request to reach the engine after the one before it
 
 
 class Request:

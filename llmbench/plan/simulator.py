@@ -8,7 +8,9 @@ newest request is preempted (recompute) when they run out. With multi-step sched
 schedule, vLLM 0.6) requests join and decode tokens reach the client every k decode steps; a first token
 arrives after its prefill step. Tail term `burst ingest`: a closed loop's opening burst reaches an idle engine one
 request at a time (the API server takes them in turn), so the engine's first step carries the first request alone
-and the others wait it out, which sets the P99 TTFT of a loop of a few hundred requests. Time advances by a
+and the others wait it out, which sets the P99 TTFT of a loop of a few hundred requests. Tail term `loop
+turnaround`: the request a client sends when its last one finished reaches the engine the same `burst_ingest`
+later, after the engine has begun its next step, so it waits that step out. Time advances by a
 step-time model, so P99s come out of the queueing itself rather than a formula.
 """
 
@@ -141,7 +143,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                     r.finish = now
                     if held:
                         nxt = held.popleft()
-                        nxt.arrival = now
+                        nxt.arrival = now + shape.burst_ingest
                         pending.append(nxt)
         if deliver:
             for r in rep.running:  # _deliver, inlined: this loop runs once per simulated token
