@@ -82,6 +82,21 @@ def test_a_closed_loops_next_request_waits_out_the_step_in_progress():
     np.testing.assert_allclose(same_step.ttft[2], 0.11)
 
 
+def test_without_context_chunking_a_prompt_joins_a_step_only_whole():
+    """TensorRT-LLM's in-flight batching without chunked context (its default): a prompt joins a step beside the
+    decodes only if all of it fits the token budget; the next one waits for a later step rather than being cut."""
+    prompts, outputs = np.full(3, 3000), np.full(3, 4)
+    for fast in (True, False):
+        whole = simulate(np.zeros(3), prompts, outputs, _PrefillClock(),
+                         EngineShape(64, 4096, 10**6, 16, whole_prompts=True), fast_forward=fast)
+        np.testing.assert_allclose(whole.ttft, [3.0, 6.01, 9.02])
+    chunked = simulate(np.zeros(3), prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16))
+    np.testing.assert_allclose(chunked.ttft[:2], [4.096, 4.096 + 4.095 + 0.01])  # B shares its step with C
+    alone = simulate(np.zeros(1), np.array([5000]), np.ones(1, dtype=int), _PrefillClock(),
+                     EngineShape(64, 4096, 10**6, 16, whole_prompts=True))
+    np.testing.assert_allclose(alone.ttft, [5.0])  # longer than the budget: it still runs, in chunks
+
+
 def test_a_prompt_attends_only_to_itself_in_a_shared_prefill_step():
     """Causal attention pairs are summed prompt by prompt (each n·(cached + n/2)): three prompts in one step are
     not one prompt of their total length, and a chunk attends over its own earlier chunks."""

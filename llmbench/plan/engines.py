@@ -32,7 +32,7 @@ class EngineProfile:
     name: str
     max_num_seqs: int
     max_num_batched_tokens: int
-    chunked_prefill: bool  # mix decodes and prefill chunks in one step (else a step is one or the other)
+    chunked_prefill: bool  # split prompts into chunks that fill a step's token budget beside the decodes
     step_overhead: float  # seconds per step
     layer_overhead: float  # seconds per layer per step (kernel launches)
     seq_overhead: float  # seconds per sequence in the step
@@ -49,12 +49,17 @@ class EngineProfile:
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
     stream_token_cost: float = STREAM_TOKEN_COST  # front-end seconds per streamed token (tail term `token drain`)
     api_server_count: int = 1  # vLLM's --api-server-count: front-end processes sharing the token drain
+    # without chunked prefill: "separate" (SGLang, vLLM 0.6: a step prefills or decodes) or "whole" (TensorRT-LLM's
+    # in-flight batching: whole prompts beside the decodes, within the token budget)
+    unchunked: str = "separate"
 
     def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
         """The simulator's view of this engine with a KV pool of `kv_tokens`."""
+        whole = not self.chunked_prefill and self.unchunked == "whole"
         return EngineShape(self.max_num_seqs, self.max_num_batched_tokens, kv_tokens, self.block_size,
                            prefix_hit_rate if self.prefix_caching else 0.0, self.request_overhead,
-                           self.chunked_prefill, self.scheduler_steps, self.reserve_output)
+                           self.chunked_prefill or whole, self.scheduler_steps, self.reserve_output,
+                           whole_prompts=whole)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -65,8 +70,10 @@ PROFILES = {
     "vllm": EngineProfile("vllm", 256, 8192, True, 126e-6, 32e-6, 4e-6, 15.6e-3, "profile", 0.13 * GiB),
     "sglang": EngineProfile("sglang", 1024, 8192, False, 60e-6, 12e-6, 2e-6, 3e-3, "static", 0.5 * GiB,
                             gpu_memory_utilization=0.88),
-    "trtllm": EngineProfile("trtllm", 2048, 8192, True, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
-                            reserve_output=True, mfu_scale=1.3, mbu_scale=1.1),
+    # context chunking is off unless asked for (ExecutorConfig/TrtGptModelOptionalParams enableChunkedContext=false,
+    # the LLM API's enable_chunked_prefill=False); trtllm-bench turns it on by default
+    "trtllm": EngineProfile("trtllm", 2048, 8192, False, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
+                            reserve_output=True, mfu_scale=1.3, mbu_scale=1.1, unchunked="whole"),
     "llmbench": EngineProfile("llmbench", 256, 2048, True, 1.5e-3, 32e-6, 10e-6, 5e-3, "profile", 0.5 * GiB),
     # LMDeploy's TurboMind (TurbomindEngineConfig defaults: max_batch_size 128, max_prefill_token_num 8192 per
     # iteration, cache_max_entry_count 0.8 of the memory left free, blocks of 64 tokens, prefix caching off); a

@@ -9,7 +9,7 @@ come from.
 from __future__ import annotations
 
 from llmbench.plan.case import Case
-from llmbench.plan.published import TRTLLM_REQUESTS
+from llmbench.plan.published import TRTLLM_BENCH, TRTLLM_REQUESTS
 
 LENGTHS = list(TRTLLM_REQUESTS)
 # model, [(GPU, TP)], then per ISL/OSL in LENGTHS' order one output tok/s per setup (None: not published)
@@ -36,6 +36,6 @@ def _what(model: str, gpu: str, tp: int, isl: int, osl: int) -> str:
 
 
 CASES = [Case("H", _what(model, gpu, tp, isl, osl), model, gpu, tp, "trtllm", "max", 0, {"output_throughput": tok},
-              "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl], streamed=False)
+              "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl], streamed=False, knobs=TRTLLM_BENCH)
          for model, setups, figures in TABLES for (isl, osl), row in zip(LENGTHS, figures, strict=True)
          for (gpu, tp), tok in zip(setups, row, strict=True) if tok is not None]

@@ -171,12 +171,15 @@ def workload(bench: str, tokens_per_sample: float) -> Workload:
                                                              "output tokens per sample")
 
 
-def settings(cfg: tuple | None, engine: str) -> dict:
+def settings(cfg: tuple | None, engine: str, round_: str = LATER) -> dict:
     """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
-    chunked prefill (their configs say so)."""
+    chunked prefill (their configs say so); TensorRT-LLM chunks contexts in v5.1 (every H200 config sets
+    enable_chunked_context) and not in v4.1 (NVIDIA's harness, llm_core.cc, passes no chunking policy)."""
     if cfg is None:
         return {}
     knobs = {"max_num_seqs": cfg[0], "max_num_batched_tokens": cfg[1]}
+    if engine == "trtllm":
+        knobs["chunked_prefill"] = round_ == LATER
     if engine.startswith("vllm"):
         knobs["chunked_prefill"] = False
         if len(cfg) > 2:
@@ -202,7 +205,7 @@ def cases(rows: list[Row] | None = None) -> list:
         if r.offline_tok_s:
             out.append(Case(label, _what(r, "Offline"), model, r.gpu, r.tp, r.engine, "offline", 0,
                             {"output_throughput": r.offline_tok_s}, dtype, dtype, requests=OFFLINE_REQUESTS,
-                            knobs=settings(r.offline, r.engine), source=SOURCE.format(**where, scenario="Offline"),
+                            knobs=settings(r.offline, r.engine, r.round), source=SOURCE.format(**where, scenario="Offline"),
                             **common))
         for scenario, figures, cfg in (("server", r.server, r.server_cfg),
                                        ("interactive", r.interactive, r.interactive_cfg)):
@@ -212,7 +215,7 @@ def cases(rows: list[Row] | None = None) -> list:
             published = {"capacity": rate, "p99_ttft_ms": p99_ttft, "p99_tpot_ms": p99_tpot,
                          "mean_ttft_ms": mean_ttft, "mean_tpot_ms": mean_tpot}
             out.append(Case(label, _what(r, scenario.title()), model, r.gpu, r.tp, r.engine, scenario, rate,
-                            published, dtype, dtype, requests=SERVER_REQUESTS, knobs=settings(cfg, r.engine),
+                            published, dtype, dtype, requests=SERVER_REQUESTS, knobs=settings(cfg, r.engine, r.round),
                             source=SOURCE.format(**where, scenario=scenario.title()), **common))
     return out
 

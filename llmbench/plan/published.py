@@ -36,6 +36,7 @@ SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview
            "G": "GPUStack performance lab, Qwen3-235B-A22B and Qwen3-14B on H100"}
 VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
+TRTLLM_BENCH = {"chunked_prefill": True}  # trtllm-bench throughput's --enable_chunked_context defaults to on
 # trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
 TRTLLM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000, (1000, 1000): 3000,
                    (1000, 2000): 1500, (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (20000, 2000): 1000}
@@ -56,7 +57,7 @@ CASES = [
          {"output_throughput": 4132.4}, requests=2500, knobs=VLLM_060),
     *[Case("B", f"B: Llama-3.1-8B FP8, 1x{gpu}, TensorRT-LLM, {isl}/{osl}, max throughput", "llama-3.1-8b", gpu, 1,
            "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl],
-           streamed=False)
+           streamed=False, knobs=TRTLLM_BENCH)
       for gpu, col in (("H100-SXM", 2), ("H200", 3)) for isl, osl, *pubs in B for pub in [(isl, osl, *pubs)[col]]],
     *[Case("C", f"C: Llama-3.3-70B FP8, 2xH100 TP2, NIM, 5000/500, concurrency {c}", "llama-3.3-70b", "H100-SXM", 2,
            "trtllm", "concurrency", c, {"median_ttft_ms": ttft, "median_tpot_ms": itl, "output_throughput": tok},

@@ -30,6 +30,7 @@ class EngineShape:
     scheduler_steps: int = 1
     reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
     burst_ingest: float = 0.001  # seconds for a closed loop's request to reach the engine after the one before it
+    whole_prompts: bool = False  # TensorRT-LLM without chunked context: a prompt joins a step only whole
 
 
 class Request:
@@ -101,12 +102,19 @@ class Scheduler:
         reserve = math.ceil((r.prompt + r.output) / bs) - r.blocks if self.shape.reserve_output else need
         return n, need, reserve
 
+    def _cut(self, r: Request, n: int, budget: int) -> bool:
+        """Whether `whole_prompts` keeps r out of a step that has `budget` tokens left: the rest of its prompt
+        does not fit (a prompt longer than the whole budget still runs, in chunks, as it could not otherwise)."""
+        rest = r.prompt + r.generated - self._cached(r)
+        return self.shape.whole_prompts and n < rest and (rest <= self.shape.max_num_batched_tokens
+                                                          or budget < self.shape.max_num_batched_tokens)
+
     def admit(self, budget: int, batch: list) -> int:
         """Waiting requests FCFS into the budget while their blocks fit."""
         while self.waiting and budget > 0 and len(self.running) < self.shape.max_num_seqs:
             r = self.waiting[0]
             n, need, reserve = self._admission(r, budget)
-            if reserve > self.free - self.reserved:
+            if reserve > self.free - self.reserved or self._cut(r, n, budget):
                 break
             r.computed, r.hit_done = self._cached(r), True
             self.reserved += reserve - need
@@ -130,9 +138,10 @@ class Scheduler:
         if not batch or batch > shape.max_num_batched_tokens:
             return None
         budget = shape.max_num_batched_tokens - (batch if shape.chunked_prefill else 0)
-        if (self.waiting and batch < shape.max_num_seqs and budget > 0
-                and self._admission(self.waiting[0], budget)[2] <= self.free - self.reserved):
-            return None
+        if self.waiting and batch < shape.max_num_seqs and budget > 0:
+            n, _, reserve = self._admission(self.waiting[0], budget)
+            if reserve <= self.free - self.reserved and not self._cut(self.waiting[0], n, budget):
+                return None
         steps = min(r.output - r.generated for r in running) - 1
         if steps < 2 or any(r.todo != 1 or not r.generated or r.delivered != r.generated for r in running):
             return None
