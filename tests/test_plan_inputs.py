@@ -133,3 +133,17 @@ def test_more_api_servers_drain_a_thousand_streams_faster(tmp_path):
     assert four["simulated"]["point"]["output_throughput"] > 1.2 * one["simulated"]["point"]["output_throughput"]
     assert "n x 87 µs" in " ".join(text.split()) and "n x 22 µs" in " ".join(text4.split())
     assert "--api-server-count" in " ".join(e for e in four["estimates"] if "engine defaults" in e)
+
+
+def test_chunked_prefill_flag_per_engine(tmp_path):
+    """`--[no-]chunked-prefill` means what the engine does without it: TensorRT-LLM (off by default, as the
+    library ships) puts whole prompts beside the decodes; SGLang and vLLM 0.6 run prefill-only steps."""
+    trt = engines.profile("trtllm").shape(10**6)
+    assert trt.chunked_prefill and trt.whole_prompts
+    on = engines.profile("trtllm").with_knobs(chunked_prefill=True).shape(10**6)
+    assert on.chunked_prefill and not on.whole_prompts
+    sglang = engines.profile("sglang").shape(10**6)
+    assert not sglang.chunked_prefill and not sglang.whole_prompts
+    got, _ = plan(tmp_path, "--qps", "2", "--engine", "trtllm", "--chunked-prefill", "--model", "llama-3.1-8b",
+                  "--gpu", "H100-SXM")
+    assert got["setup"]["knobs"] == {"chunked_prefill": True}
