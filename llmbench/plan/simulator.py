@@ -1,9 +1,10 @@
 """A discrete-event simulator of one continuous-batching replica, mirroring a vLLM-class scheduler.
 
-With chunked prefill (vLLM, TensorRT-LLM, the bundled engine) each step takes the running requests first
-(a decode costs one token) and then waiting ones FCFS into the leftover token budget, bounded by
-`max_num_seqs`. Without it (SGLang's default, vLLM 0.6) a step is either a prefill of waiting requests
-(they come first) or a decode of all running ones. KV blocks are allocated as tokens are computed; the
+With chunked prefill (vLLM, the bundled engine, TensorRT-LLM when asked) each step takes the running requests
+first (a decode costs one token) and then waiting ones FCFS into the leftover token budget, bounded by
+`max_num_seqs`. Without it, SGLang's default and vLLM 0.6 make a step either a prefill of waiting requests
+(they come first) or a decode of all running ones, and TensorRT-LLM's default puts only whole prompts beside the
+decodes (`whole_prompts`). KV blocks are allocated as tokens are computed; the
 newest request is preempted (recompute) when they run out. With multi-step scheduling (k decode steps per
 schedule, vLLM 0.6) requests join and decode tokens reach the client every k decode steps; a first token
 arrives after its prefill step. Tail term `burst ingest`: a closed loop's opening burst reaches an idle engine one
