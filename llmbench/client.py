@@ -11,13 +11,19 @@ from llmbench.datasets import Request
 from llmbench.records import RequestRecord
 
 BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+# Idle pooled connections are dropped by the client before the server drops them: uvicorn-served engines (vLLM's
+# VLLM_HTTP_TIMEOUT_KEEP_ALIVE, SGLang, trtllm-serve) close a connection idle for 5 s, and a POST sent on one the
+# server is closing fails (ECONNRESET), which aiohttp retries only for idempotent methods. vLLM-CPU did this to a
+# sweep's first requests after the pause between two rates.
+KEEPALIVE_S = 4.0
 
 
-def make_session(max_connections: int = 0, timeout: float = 600.0,
-                 read_timeout: float | None = None) -> aiohttp.ClientSession:
-    """One session per process: a sized pool, long keep-alive, a large read buffer (vllm#39963); a stream
-    that sends nothing for `read_timeout` seconds fails as stalled rather than waiting out `timeout`."""
-    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=60, force_close=False)
+def make_session(max_connections: int = 0, timeout: float = 600.0, read_timeout: float | None = None,
+                 keepalive: float = KEEPALIVE_S) -> aiohttp.ClientSession:
+    """One session per process: a sized pool, keep-alive shorter than the servers', a large read buffer
+    (vllm#39963); a stream that sends nothing for `read_timeout` seconds fails as stalled rather than waiting out
+    `timeout`."""
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=keepalive, force_close=False)
     return aiohttp.ClientSession(connector=connector,
                                  timeout=aiohttp.ClientTimeout(total=timeout, sock_read=read_timeout),
                                  read_bufsize=2**20)

