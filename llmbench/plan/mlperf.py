@@ -205,8 +205,8 @@ def cases(rows: list[Row] | None = None) -> list:
         if r.offline_tok_s:
             out.append(Case(label, _what(r, "Offline"), model, r.gpu, r.tp, r.engine, "offline", 0,
                             {"output_throughput": r.offline_tok_s}, dtype, dtype, requests=OFFLINE_REQUESTS,
-                            knobs=settings(r.offline, r.engine, r.round), source=SOURCE.format(**where, scenario="Offline"),
-                            **common))
+                            knobs=settings(r.offline, r.engine, r.round),
+                            source=SOURCE.format(**where, scenario="Offline"), **common))
         for scenario, figures, cfg in (("server", r.server, r.server_cfg),
                                        ("interactive", r.interactive, r.interactive_cfg)):
             if figures is None:
@@ -215,7 +215,8 @@ def cases(rows: list[Row] | None = None) -> list:
             published = {"capacity": rate, "p99_ttft_ms": p99_ttft, "p99_tpot_ms": p99_tpot,
                          "mean_ttft_ms": mean_ttft, "mean_tpot_ms": mean_tpot}
             out.append(Case(label, _what(r, scenario.title()), model, r.gpu, r.tp, r.engine, scenario, rate,
-                            published, dtype, dtype, requests=SERVER_REQUESTS, knobs=settings(cfg, r.engine, r.round),
+                            published, dtype, dtype, requests=SERVER_REQUESTS,
+                            knobs=settings(cfg, r.engine, r.round),
                             source=SOURCE.format(**where, scenario=scenario.title()), **common))
     return out
 
