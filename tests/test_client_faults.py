@@ -186,8 +186,8 @@ def test_an_idle_connection_is_dropped_before_the_server_would_drop_it():
     server = ThreadedApp(web.AppRunner(app, keepalive_timeout=60))
     try:
         async def three_requests():
-            async with make_session(keepalive=0.3) as session:
-                for pause in (0.0, 0.0, 0.8):
+            async with make_session(keepalive=1.0) as session:  # margins for a loaded host: 1 s, then 2.5 s idle
+                for pause in (0.0, 0.0, 2.5):
                     await asyncio.sleep(pause)
                     async with session.get(server.url + "/") as resp:
                         await resp.read()

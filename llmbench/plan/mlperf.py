@@ -171,15 +171,14 @@ def workload(bench: str, tokens_per_sample: float) -> Workload:
                                                              "output tokens per sample")
 
 
-def settings(cfg: tuple | None, engine: str, round_: str = LATER) -> dict:
+def settings(cfg: tuple | None, engine: str, round_: str) -> dict:
     """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
     chunked prefill (their configs say so); TensorRT-LLM chunks contexts in v5.1 (every H200 config sets
     enable_chunked_context) and not in v4.1 (NVIDIA's harness, llm_core.cc, passes no chunking policy)."""
+    knobs: dict = {"chunked_prefill": round_ == LATER} if engine == "trtllm" else {}
     if cfg is None:
-        return {}
-    knobs = {"max_num_seqs": cfg[0], "max_num_batched_tokens": cfg[1]}
-    if engine == "trtllm":
-        knobs["chunked_prefill"] = round_ == LATER
+        return knobs
+    knobs |= {"max_num_seqs": cfg[0], "max_num_batched_tokens": cfg[1]}
     if engine.startswith("vllm"):
         knobs["chunked_prefill"] = False
         if len(cfg) > 2:

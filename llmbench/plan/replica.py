@@ -79,11 +79,9 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "under load); "
              "saturation (no rate at or past the full-batch throughput: its queue grows without bound); burst "
              "ingest (a closed loop's first step carries its first request alone); loop turnaround (a loop's next "
-             "request waits out the step in progress); token drain (a step of n "
-             f"streams lasts at least n x {engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API "
-             "server's work per "
-             "streamed token); latencies "
-             "at 80 % of saturation or more take the near-saturation band"]
+             "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
+             f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
+             "token); latencies at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))

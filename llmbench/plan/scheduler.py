@@ -105,9 +105,11 @@ class Scheduler:
     def _cut(self, r: Request, n: int, budget: int) -> bool:
         """Whether `whole_prompts` keeps r out of a step that has `budget` tokens left: the rest of its prompt
         does not fit (a prompt longer than the whole budget still runs, in chunks, as it could not otherwise)."""
+        if not self.shape.whole_prompts:
+            return False
         rest = r.prompt + r.generated - self._cached(r)
-        return self.shape.whole_prompts and n < rest and (rest <= self.shape.max_num_batched_tokens
-                                                          or budget < self.shape.max_num_batched_tokens)
+        full = self.shape.max_num_batched_tokens
+        return n < rest and (rest <= full or budget < full)
 
     def admit(self, budget: int, batch: list) -> int:
         """Waiting requests FCFS into the budget while their blocks fit."""
