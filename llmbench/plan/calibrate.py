@@ -114,6 +114,21 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
             low, high = (mid, high) if not grows_past(mid) else (low, mid)
         return (low * high) ** 0.5
 
+    def bracket(grows_past, start: float, bounds: tuple[float, float]):
+        """The doubling around `start` where `grows_past` flips. The TTFT slope rises with the prompt's compute
+        only up to where the run saturates (past it queueing swamps the prompt length and the slope falls), so a
+        bisection over the whole range can step past that peak and run off to its end (a prompt compute x270
+        where x1 was true); the slope is searched from the last fit outwards instead."""
+        if grows_past(start):
+            high, low = start, start / 2
+            while low > bounds[0] and grows_past(low):
+                high, low = low, low / 2
+            return grows_past, max(low, bounds[0]), high
+        low, high = start, start * 2
+        while high < bounds[1] and not grows_past(high):
+            low, high = high, high * 2
+        return grows_past, low, min(high, bounds[1])
+
     prefill, per_seq = 1.0, 0.0
     scale = bisect(lambda x: tpot(_fitted(roof, x, prefill, per_seq)) >= measured_tpot, *SCALE_RANGE)
     slope = _ttft_slope(runs[:1])
@@ -125,8 +140,9 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
         before = (scale, prefill, per_seq)
         if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
-            prefill = bisect(lambda x, s=scale, q=per_seq: _ttft_slope(
-                list(replay(_fitted(roof, s, x, q), runs[:1])), simulated=True) >= slope, *PREFILL_RANGE, steps=16)
+            prefill = bisect(*bracket(lambda x, s=scale, q=per_seq: _ttft_slope(
+                list(replay(_fitted(roof, s, x, q), runs[:1])), simulated=True) >= slope, prefill, PREFILL_RANGE),
+                steps=8)
         if rises:
             if tpot(_fitted(roof, scale, prefill, SEQ_RANGE[0]), highest) < high_tpot:
                 per_seq = bisect(lambda x, s=scale, p=prefill: tpot(_fitted(roof, s, p, x), highest) >= high_tpot,
