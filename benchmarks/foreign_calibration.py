@@ -1,7 +1,8 @@
 """The planner's calibrated path on a server written elsewhere (vLLM-CPU serving llmbench-small): calibrate the
 roofline on some measured rates of one sweep, then predict, by replaying each other rate's own arrivals and
 lengths (a closed loop's own lengths in the order it sent them), its P50/P99 TTFT and TPOT, and set the errors
-beside the measurement's own spread (the same rate measured in two sweeps of the same server).
+beside the measurement's own spread: each figure's 90 % bootstrap range over its run's requests, and the same rate
+measured in two sweeps of the same server where given.
 
     python benchmarks/foreign_calibration.py --calibrate SWEEP_A:rate-1,rate-3,rate-5 \
         --predict SWEEP_B:rate-2,rate-4,rate-6 --gpu-spec cpu.json [--model CONFIG_OR_FOLDER]
@@ -48,6 +49,34 @@ def _replay(folder: Path, label: str, model, shape, concurrency: int | None = No
                     concurrency=concurrency).summary()
 
 
+def _spread(folder: Path, label: str, draws: int = 2000) -> dict[str, tuple[float, float]]:
+    """Each figure's 90 % bootstrap interval over the run's own requests, relative to the figure: how finely the
+    run itself pins it down (the P99 of 150 requests rests on its two slowest), so an error inside it is one the
+    measurement cannot tell from zero."""
+    frame = load_records(folder, label)
+    ok = frame[frame["success"] & ~frame["warmup"].astype(bool)]
+    rng = np.random.default_rng(0)
+    out = {}
+    for k in KEYS:
+        values = ok["ttft" if "ttft" in k else "tpot"].dropna().to_numpy(dtype=float)
+        q = 50 if k.startswith("median") else 99
+        point = np.percentile(values, q)
+        low, high = np.percentile(np.percentile(rng.choice(values, (draws, len(values))), q, axis=1), [5, 95])
+        out[k] = (low / point - 1, high / point - 1)
+    return out
+
+
+def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
+    cells = ""
+    for k in KEYS:
+        err = (sim[k] - real[k]) / real[k]
+        low, high = spread[k]
+        tally.append((abs(err) <= 0.15, low <= err <= high))
+        cells += f"{real[k]:>13.1f}/{sim[k]:<14.1f}{err:>+8.0%}"
+    return f"{name:<22}" + cells + "\n" + f"{'  measured 90 % range':<22}" + "".join(
+        f"{'':>28}{f'{spread[k][0]:+.0%}/{spread[k][1]:+.0%}':>8}" for k in KEYS)
+
+
 @click.command()
 @click.option("--calibrate", "calibrate_on", required=True, help="FOLDER:label,label,... to calibrate on.")
 @click.option("--predict", "predict_on", required=True, multiple=True, help="FOLDER:label,... to predict.")
@@ -73,6 +102,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     print(f"machine: {describe_machine()}; {cal.describe()}")
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))
     errors = {k: [] for k in KEYS}
+    tally: list[tuple[bool, bool]] = []
     measured_by_rate: dict[float, list[dict]] = {}
     for text in predict_on:
         where, names = _split(text)
@@ -80,19 +110,17 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         for label in names:
             real, sim = results[label], _replay(where, label, sim_model, shape)
             measured_by_rate.setdefault(float(real["request_rate"]), []).append(real)
-            cells = ""
             for k in KEYS:
-                err = (sim[k] - real[k]) / real[k]
-                errors[k].append(abs(err))
-                cells += f"{real[k]:>13.1f}/{sim[k]:<14.1f}{err:>+8.0%}"
-            print(f"{where.name + ' ' + label:<22}" + cells)
+                errors[k].append(abs((sim[k] - real[k]) / real[k]))
+            print(_row(f"{where.name} {label}", real, sim, _spread(where, label), tally))
     if concurrency_on:
         where, (label,) = _split(concurrency_on)
         real = {r["label"]: r for r in load_results(where)}[label]
         sim = _replay(where, label, sim_model, shape, int(real["max_concurrency"]))
-        print(f"{where.name + ' ' + label:<22}" + "".join(
-            f"{real[k]:>13.1f}/{sim[k]:<14.1f}{(sim[k] - real[k]) / real[k]:>+8.0%}" for k in KEYS))
-    print("median |error|: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
+        print(_row(f"{where.name} {label}", real, sim, _spread(where, label), tally))
+    print("median |error| over the open rates: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
+    print(f"predicted figures within 15 %: {sum(a for a, _ in tally)} of {len(tally)}; inside the measurement's own "
+          f"90 % range (bootstrap over the run's requests): {sum(b for _, b in tally)} of {len(tally)}")
     for rate, runs in sorted(measured_by_rate.items()):
         if len(runs) > 1:
             print(f"the measurement itself at {rate:g} req/s, sweep to sweep: " + ", ".join(

@@ -29,7 +29,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
 @click.option("--measured-tp", type=click.IntRange(1), help="The sweep's tensor-parallel size (default: --tp).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
-@click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False), help="JSON describing another GPU.")
+@click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),
+              help="JSON describing another device: name, memory_gb, bandwidth_gb_s, bf16_tflops; optional "
+                   "fp8_tflops, link, family, price_per_hour, cuda_graphs (default false).")
 @click.option("--model", help="Catalog model or a config.json path (default llama-3.1-8b without --results; with "
                                "them, the served checkpoint's config.json when it is on this machine).")
 @click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4", "mxfp4"]),

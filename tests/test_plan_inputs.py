@@ -147,3 +147,56 @@ def test_chunked_prefill_flag_per_engine(tmp_path):
     got, _ = plan(tmp_path, "--qps", "2", "--engine", "trtllm", "--chunked-prefill", "--model", "llama-3.1-8b",
                   "--gpu", "H100-SXM")
     assert got["setup"]["knobs"] == {"chunked_prefill": True}
+
+
+def test_graph_padding_follows_each_engines_capture_list(tmp_path):
+    """`graph padding`: vLLM V1 runs any step of up to its largest captured size as the next captured size
+    (1, 2, 4, every 8 below 256, every 16 up to min(2 x max_num_seqs, 512)); V0, SGLang and the bundled engine pad
+    decode-only steps; TensorRT-LLM and a --gpu-spec device (a CPU) pad nothing. Padding rows cost GEMM FLOPs."""
+    from llmbench.plan import cuda_graphs
+    from llmbench.plan.roofline import RooflineModel
+
+    v1 = cuda_graphs.capture_sizes("vllm", 1024, 8192, "hopper")
+    assert v1 == (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+    assert cuda_graphs.capture_sizes("vllm", 4, 8192, "hopper") == (1, 2, 4, 8)
+    assert cuda_graphs.capture_sizes("vllm", 1024, 8192, "blackwell")[-1] == 1024
+    assert cuda_graphs.capture_sizes("vllm", 1024, 300, "hopper")[-2:] == (288, 300)  # the token budget itself
+    assert cuda_graphs.capture_sizes("sglang", 1024, 8192, "hopper")[-1] == 160
+    assert cuda_graphs.padded(9, v1) == 16 and cuda_graphs.padded(257, v1) == 272 and cuda_graphs.padded(513, v1) == 513
+
+    from dataclasses import replace
+
+    model, h100 = models.model("llama-3.1-8b"), gpus.gpu("H100-SXM")
+    vllm = engines.profile("vllm", h100)
+    unpadded, decode_only = replace(vllm, graphs=""), replace(vllm, graphs="vllm-v0")
+
+    def step(engine, gpu=h100, prefill=0.0, seqs=9.0):
+        return RooflineModel(model, gpu, engine=engine).step_time(prefill, seqs, 1000.0 * seqs)
+
+    roof = RooflineModel(model, h100, engine=vllm)
+    seven_rows = (roof.gemm_flops(16, 9) - roof.gemm_flops(9, 9)) / (roof.efficiency.mfu * roof.peak_flops)
+    assert step(vllm) - step(unpadded) == pytest.approx(seven_rows, rel=1e-6) and seven_rows > 0
+    assert step(vllm, seqs=16.0) == step(unpadded, seqs=16.0) and step(vllm, seqs=600.0) == step(unpadded, seqs=600.0)
+    assert step(decode_only) == step(vllm)  # a decode step pads under both
+    assert step(decode_only, prefill=9.0, seqs=0.0) == step(unpadded, prefill=9.0, seqs=0.0) < step(
+        vllm, prefill=9.0, seqs=0.0)  # a step with a prompt pads under V1 only
+    assert engines.profile("trtllm").graphs == "" and RooflineModel(model, h100, engine=engines.profile(
+        "trtllm")).graph_sizes == ()
+    cpu = gpus.gpu_from_spec(_spec(tmp_path, {}))
+    assert step(vllm, gpu=cpu) == step(unpadded, gpu=cpu)
+    assert RooflineModel(model, h100, engine=engines.profile("vllm@0.6.3", h100)).graph_sizes[-1] == 256
+    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    assert "graph padding (steps of up to 512 tokens run as the next of" in " ".join(text.split())
+
+
+def _spec(tmp_path, extra: dict):
+    path = tmp_path / "device.json"
+    path.write_text(json.dumps({"name": "cpu", "memory_gb": 24, "bandwidth_gb_s": 38.8, "bf16_tflops": 0.2} | extra))
+    return path
+
+
+def test_a_described_device_replays_graphs_only_when_its_file_says_so(tmp_path):
+    assert not gpus.gpu_from_spec(_spec(tmp_path, {})).cuda_graphs
+    assert gpus.gpu_from_spec(_spec(tmp_path, {"cuda_graphs": True})).cuda_graphs
+    with pytest.raises(KeyError, match="cuda_graphs must be true or false"):
+        gpus.gpu_from_spec(_spec(tmp_path, {"cuda_graphs": "yes"}))

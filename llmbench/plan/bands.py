@@ -22,7 +22,7 @@ from llmbench.plan.models import ModelSpec
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")
 KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
-DENSE = {"latency": (-0.7, 0.4), "p99": (-0.8, 0.4), "memory": (-0.05, 0.05)}
+DENSE = {"latency": (-0.7, 0.4), "p99": (-0.8, 0.45), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.35, 0.8), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.1, 0.15), "latency": (-0.25, 0.1)},

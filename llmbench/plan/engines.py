@@ -13,6 +13,7 @@ how far each lands from the published rows; calibrate on your own sweep (`plan -
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from llmbench.plan.scheduler import EngineShape
 
@@ -51,7 +52,9 @@ class EngineProfile:
     api_server_count: int = 1  # vLLM's --api-server-count: front-end processes sharing the token drain
     # without chunked prefill: "separate" (SGLang, vLLM 0.6: a step prefills or decodes) or "whole" (TensorRT-LLM's
     # in-flight batching: whole prompts beside the decodes, within the token budget)
-    unchunked: str = "separate"
+    unchunked: Literal["separate", "whole"] = "separate"
+    # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
+    graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench"] = ""
 
     def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
         """The simulator's view of this engine with a KV pool of `kv_tokens`."""
@@ -67,14 +70,16 @@ class EngineProfile:
 
 
 PROFILES = {
-    "vllm": EngineProfile("vllm", 256, 8192, True, 126e-6, 32e-6, 4e-6, 15.6e-3, "profile", 0.13 * GiB),
+    "vllm": EngineProfile("vllm", 256, 8192, True, 126e-6, 32e-6, 4e-6, 15.6e-3, "profile", 0.13 * GiB,
+                          graphs="vllm"),
     "sglang": EngineProfile("sglang", 1024, 8192, False, 60e-6, 12e-6, 2e-6, 3e-3, "static", 0.5 * GiB,
-                            gpu_memory_utilization=0.88),
+                            gpu_memory_utilization=0.88, graphs="sglang"),
     # context chunking is off unless asked for (ExecutorConfig/TrtGptModelOptionalParams enableChunkedContext=false,
     # the LLM API's enable_chunked_prefill=False); trtllm-bench turns it on by default
     "trtllm": EngineProfile("trtllm", 2048, 8192, False, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
                             reserve_output=True, mfu_scale=1.3, mbu_scale=1.1, unchunked="whole"),
-    "llmbench": EngineProfile("llmbench", 256, 2048, True, 1.5e-3, 32e-6, 10e-6, 5e-3, "profile", 0.5 * GiB),
+    "llmbench": EngineProfile("llmbench", 256, 2048, True, 1.5e-3, 32e-6, 10e-6, 5e-3, "profile", 0.5 * GiB,
+                              graphs="llmbench"),
     # LMDeploy's TurboMind (TurbomindEngineConfig defaults: max_batch_size 128, max_prefill_token_num 8192 per
     # iteration, cache_max_entry_count 0.8 of the memory left free, blocks of 64 tokens, prefix caching off); a
     # C++ engine, so TensorRT-LLM's fixed costs; no published row checks it
@@ -121,10 +126,11 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     name = f"vLLM {version[0]}.{version[1]}"
     if version < V1:
         tokens = max(max_model_len or 2048, 2048)
-        return {"max_num_seqs": 256, "max_num_batched_tokens": tokens, "chunked_prefill": False,
+        return {"max_num_seqs": 256, "max_num_batched_tokens": tokens, "chunked_prefill": False, "graphs": "vllm-v0",
                 "defaults": f"{name} (V0): --max-num-seqs 256, --max-num-batched-tokens {tokens}, no chunked prefill"}
     big = gpu is not None and gpu.memory >= 70 * GiB and "A100" not in gpu.name
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     on = f" on {gpu.name}" if gpu is not None else ""
-    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, **V1_COSTS,
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
+            **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

@@ -46,6 +46,7 @@ class GPU:
     price_per_hour: float | None  # USD per GPU-hour; a user input, these are documented reference points
     price_source: str
     source: str
+    cuda_graphs: bool = True  # replays CUDA graphs, so engines pad their steps (tail term `graph padding`)
 
 
 def _gpu(name, memory, bw, bf16, fp8, link, family, price, price_source, source) -> GPU:
@@ -108,12 +109,13 @@ def gpu(name: str) -> GPU:
 
 
 SPEC_FIELDS = {"name": str, "memory_gb": float, "bandwidth_gb_s": float, "bf16_tflops": float}
-SPEC_OPTIONAL = {"fp8_tflops": float, "link": str, "family": str, "price_per_hour": float}
+SPEC_OPTIONAL = {"fp8_tflops": float, "link": str, "family": str, "price_per_hour": float, "cuda_graphs": bool}
 
 
 def gpu_from_spec(path: Path) -> GPU:
     """A GPU described in a JSON file: name, memory_gb, bandwidth_gb_s, bf16_tflops (required); fp8_tflops,
-    link (one of LINKS), family (efficiency priors to borrow), price_per_hour."""
+    link (one of LINKS), family (efficiency priors to borrow), price_per_hour, cuda_graphs (whether engines replay
+    CUDA graphs on it and pad their steps to the captured sizes; default false: a CPU replays none)."""
     try:
         spec = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
@@ -131,9 +133,13 @@ def gpu_from_spec(path: Path) -> GPU:
     if family not in FAMILIES:
         raise KeyError(f"{path}: family {family!r} is not one of {', '.join(FAMILIES)}")
     fp8 = spec.get("fp8_tflops")
+    graphs = spec.get("cuda_graphs", False)
+    if not isinstance(graphs, bool):
+        raise KeyError(f"{path}: cuda_graphs must be true or false, not {graphs!r}")
     return GPU(str(spec["name"]), float(spec["memory_gb"]) * GB, float(spec["bandwidth_gb_s"]) * GB,
                float(spec["bf16_tflops"]) * 1e12, float(fp8) * 1e12 if fp8 else None, LINKS[link], family,
-               spec.get("price_per_hour"), f"{path}" if spec.get("price_per_hour") else NONE_PUBLISHED, str(path))
+               spec.get("price_per_hour"), f"{path}" if spec.get("price_per_hour") else NONE_PUBLISHED, str(path),
+               graphs)
 
 
 def describe(g: GPU) -> dict:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from llmbench.plan import bands, engines, gpus, models, search
+from llmbench.plan import bands, cuda_graphs, engines, gpus, models, search
 from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
 from llmbench.plan.request import PlanError, PlanRequest, params_text
@@ -81,7 +81,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "ingest (a closed loop's first step carries its first request alone); loop turnaround (a loop's next "
              "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
-             "token); latencies at 80 % of saturation or more take the near-saturation band"]
+             f"token); {graph_padding_note(roof)}; latencies at 80 % of saturation or more take the near-saturation "
+             "band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
@@ -154,3 +155,13 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
                    "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "p99": 2 * rel, "memory": 0.0},
                    {"kv_capacity_tokens": kv_tokens})
 
+
+
+def graph_padding_note(roof: RooflineModel) -> str:
+    """Tail term `graph padding` as it applies to this engine on this device."""
+    sizes = roof.graph_sizes
+    if not sizes:
+        return f"graph padding (none: {roof.engine.name} on {roof.gpu.name} replays no padded CUDA graphs)"
+    which = "decode steps" if cuda_graphs.decode_only(roof.engine.graphs) else "steps"
+    return (f"graph padding ({which} of up to {sizes[-1]} tokens run as the next of {len(sizes)} captured CUDA-graph "
+            "sizes)")

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from llmbench.plan import cuda_graphs
 from llmbench.plan.engines import PROFILES, EngineProfile
 from llmbench.plan.gpus import GPU
 from llmbench.plan.memory import BYTES, weight_bytes
@@ -93,6 +94,13 @@ class RooflineModel:
         fp8 = self.weight_dtype == "fp8" and self.gpu.fp8_flops
         return (self.gpu.fp8_flops if fp8 else self.gpu.bf16_flops) * self.tp
 
+    @cached_property
+    def graph_sizes(self) -> tuple[int, ...]:
+        e = self.engine
+        if not self.gpu.cuda_graphs:
+            return ()
+        return cuda_graphs.capture_sizes(e.graphs, e.max_num_seqs, e.max_num_batched_tokens, self.gpu.family)
+
     def scaled(self, factor: float) -> RooflineModel:
         return replace(self, scale=self.scale * factor)
 
@@ -124,7 +132,9 @@ class RooflineModel:
         if tokens <= 0:
             return 0.0
         attn_width = m.heads * m.head_dim
-        linear_flops = self.gemm_flops(tokens, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
+        graphed = not prefill_tokens or not cuda_graphs.decode_only(self.engine.graphs)
+        rows = cuda_graphs.padded(tokens, self.graph_sizes) if graphed else tokens  # tail term `graph padding`
+        linear_flops = self.gemm_flops(rows, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
         if prefill_pairs is None:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
         attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
@@ -139,5 +149,5 @@ class RooflineModel:
         attention = knee(kv_bytes / byte_rate, attn_flops / flop_rate, self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
-        engine = self.scale * (linear + attention + self.allreduce_seconds(tokens)) + overhead
+        engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`
