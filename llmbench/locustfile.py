@@ -19,7 +19,7 @@ import gevent
 from locust import User, events, task
 from locust.exception import StopUser
 
-from llmbench import arrivals, client, datasets
+from llmbench import arrivals, client, datasets, locust_transport
 from llmbench.records import RecordWriter, RequestRecord
 from llmbench.results import worker_meta, worker_records
 
@@ -152,9 +152,7 @@ class LLMUser(User):
     user sends its next request as soon as the previous one finished."""
 
     def on_start(self) -> None:
-        import requests as http
-
-        self.session = http.Session()
+        self.session = locust_transport.make_session()
         self.state = _setup(self.environment)
 
     @task

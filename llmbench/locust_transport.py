@@ -1,0 +1,66 @@
+"""The Locust users' HTTP transport: a `requests` session whose pooled connections are dropped once idle for the
+client's keep-alive (`client.KEEPALIVE_S`), as the aiohttp client's are.
+
+urllib3 keeps a pooled connection until the server's close is seen, and a POST sent while the server closes it
+fails (`Connection reset by peer`; urllib3 retries no POST): vLLM's uvicorn closes one idle for 5 s, which a
+low-rate open loop or the pause between two rates meets. urllib3 has no idle limit of its own, so the pools here
+stamp each connection as it is returned and close it when it is taken after longer than the limit; urllib3 then
+opens a fresh one, as it does for a connection it finds dropped."""
+
+from __future__ import annotations
+
+import time
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from llmbench.client import KEEPALIVE_S
+
+POOL_SIZE = 1024  # connections kept per host: an open loop's in-flight requests (requests' default keeps 10)
+
+
+class _IdleLimit:
+    keepalive = KEEPALIVE_S
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        idle_since = getattr(conn, "llmbench_idle_since", None)
+        if idle_since is not None and time.monotonic() - idle_since > self.keepalive:
+            conn.close()
+        return conn
+
+    def _put_conn(self, conn) -> None:
+        if conn is not None:
+            conn.llmbench_idle_since = time.monotonic()
+        super()._put_conn(conn)
+
+
+class _HTTPPool(_IdleLimit, HTTPConnectionPool):
+    pass
+
+
+class _HTTPSPool(_IdleLimit, HTTPSConnectionPool):
+    pass
+
+
+class _IdleLimitedAdapter(HTTPAdapter):
+    def __init__(self, keepalive: float) -> None:
+        self.keepalive = keepalive
+        super().__init__(pool_maxsize=POOL_SIZE)
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        limit = self.keepalive
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": type("HTTPPool", (_HTTPPool,), {"keepalive": limit}),
+            "https": type("HTTPSPool", (_HTTPSPool,), {"keepalive": limit})}
+
+
+def make_session(keepalive: float = KEEPALIVE_S) -> requests.Session:
+    """A session for one Locust user: pooled connections dropped after `keepalive` seconds idle."""
+    session = requests.Session()
+    adapter = _IdleLimitedAdapter(keepalive)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
