@@ -156,7 +156,6 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
                    {"kv_capacity_tokens": kv_tokens})
 
 
-
 def graph_padding_note(roof: RooflineModel) -> str:
     """Tail term `graph padding` as it applies to this engine on this device."""
     sizes = roof.graph_sizes
