@@ -198,22 +198,13 @@ class LLMUser(User):
         record.start = time.perf_counter() - st["t0"]
         error = None
         try:
-            with self.session.post(st["url"], json=body, stream=True, timeout=600) as resp:
-                record.status = resp.status_code
-                if resp.status_code != 200:
-                    record.error = client.error_text(resp.text, resp.status_code)
-                else:
-                    buffer = b""
-                    for data in resp.iter_content(chunk_size=None):
-                        now = time.perf_counter() - st["t0"]
-                        buffer += data
-                        *lines, buffer = buffer.split(b"\n")
-                        if any(parser.feed(line, now) for line in lines):
-                            break
+            end = locust_transport.post_stream(self.session, st["url"], body, parser,
+                                               lambda: time.perf_counter() - st["t0"])
         except Exception as err:  # noqa: BLE001 - a failed request is a record, never a crash
             record.error = f"{type(err).__name__}: {err}"
             error = err
-        parser.finish(time.perf_counter() - st["t0"])
+            end = time.perf_counter() - st["t0"]
+        parser.finish(end)
         st["writer"].write(record)
         self._fire(record, error)
 

