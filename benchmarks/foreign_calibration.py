@@ -37,11 +37,15 @@ def _split(text: str) -> tuple[Path, list[str]]:
     return Path(folder), [x for x in labels.split(",") if x]
 
 
-def _replay(folder: Path, label: str, model, shape, concurrency: int | None = None) -> dict:
+def _measured(folder: Path, label: str):
+    """The run's successful requests past its warm-up."""
+    frame = load_records(folder, label)
+    return frame[frame["success"] & ~frame["warmup"].astype(bool)]
+
+
+def _replay(ok, model, shape, concurrency: int | None = None) -> dict:
     """The run's own requests through the simulator: an open loop at their own arrival times, a closed loop
     (`concurrency`) in the order they were sent."""
-    frame = load_records(folder, label)
-    ok = frame[frame["success"] & ~frame["warmup"].astype(bool)]
     if concurrency:
         ok = ok.sort_values(["start", "index"])
     arrivals = None if concurrency else ok["scheduled"].to_numpy()
@@ -49,12 +53,10 @@ def _replay(folder: Path, label: str, model, shape, concurrency: int | None = No
                     concurrency=concurrency).summary()
 
 
-def _spread(folder: Path, label: str, draws: int = 2000) -> dict[str, tuple[float, float]]:
-    """Each figure's 90 % bootstrap interval over the run's own requests, relative to the figure: how finely the
+def _spread(ok, draws: int = 2000) -> dict[str, tuple[float, float]]:
+    """Each figure's 90 % bootstrap range over the run's own requests, relative to the figure: how finely the
     run itself pins it down (the P99 of 150 requests rests on its two slowest), so an error inside it is one the
     measurement cannot tell from zero."""
-    frame = load_records(folder, label)
-    ok = frame[frame["success"] & ~frame["warmup"].astype(bool)]
     rng = np.random.default_rng(0)
     out = {}
     for k in KEYS:
@@ -108,16 +110,18 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         where, names = _split(text)
         results = {r["label"]: r for r in load_results(where)}
         for label in names:
-            real, sim = results[label], _replay(where, label, sim_model, shape)
+            ok = _measured(where, label)
+            real, sim = results[label], _replay(ok, sim_model, shape)
             measured_by_rate.setdefault(float(real["request_rate"]), []).append(real)
             for k in KEYS:
                 errors[k].append(abs((sim[k] - real[k]) / real[k]))
-            print(_row(f"{where.name} {label}", real, sim, _spread(where, label), tally))
+            print(_row(f"{where.name} {label}", real, sim, _spread(ok), tally))
     if concurrency_on:
         where, (label,) = _split(concurrency_on)
         real = {r["label"]: r for r in load_results(where)}[label]
-        sim = _replay(where, label, sim_model, shape, int(real["max_concurrency"]))
-        print(_row(f"{where.name} {label}", real, sim, _spread(where, label), tally))
+        ok = _measured(where, label)
+        sim = _replay(ok, sim_model, shape, int(real["max_concurrency"]))
+        print(_row(f"{where.name} {label}", real, sim, _spread(ok), tally))
     print("median |error| over the open rates: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
     print(f"predicted figures within 15 %: {sum(a for a, _ in tally)} of {len(tally)}; inside the measurement's own "
           f"90 % range (bootstrap over the run's requests): {sum(b for _, b in tally)} of {len(tally)}")

@@ -263,7 +263,7 @@ def test_the_locust_transport_hands_a_finished_stream_back_to_the_pool():
     server = ThreadedApp(web.AppRunner(app, keepalive_timeout=60))
     records, session = [], make_session()
     try:
-        for drain in (1.0, 1.0, 0.0, 1.0):
+        for drain in (5.0, 5.0, 0.0, 5.0):  # 5 s: room for a loaded host to send the last chunk
             record = RequestRecord(index=len(records), scheduled=0.0)
             parser = StreamParser(record, False)
             start = time.perf_counter()

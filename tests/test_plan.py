@@ -444,7 +444,7 @@ def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_pat
                                    output_tokens=int(outputs[i])))
     writer.close()
     write_result(files, {"request_rate": "inf", "max_concurrency": 4, "completed": 40, "saturated": None})
-    got = module._replay(tmp_path, "rate-inf-c4", setup.model, setup.shape, concurrency=4)
+    got = module._replay(module._measured(tmp_path, "rate-inf-c4"), setup.model, setup.shape, concurrency=4)
     order = np.argsort(sent)
     want = simulate(None, prompts[order], outputs[order], setup.model, setup.shape, concurrency=4).summary()
     as_listed = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=4).summary()

@@ -101,6 +101,10 @@ class RooflineModel:
             return ()
         return cuda_graphs.capture_sizes(e.graphs, e.max_num_seqs, e.max_num_batched_tokens, self.gpu.family)
 
+    @cached_property
+    def graphs_take_prompts(self) -> bool:
+        return not cuda_graphs.decode_only(self.engine.graphs)
+
     def scaled(self, factor: float) -> RooflineModel:
         return replace(self, scale=self.scale * factor)
 
@@ -132,8 +136,9 @@ class RooflineModel:
         if tokens <= 0:
             return 0.0
         attn_width = m.heads * m.head_dim
-        graphed = not prefill_tokens or not cuda_graphs.decode_only(self.engine.graphs)
-        rows = cuda_graphs.padded(tokens, self.graph_sizes) if graphed else tokens  # tail term `graph padding`
+        sizes, rows = self.graph_sizes, tokens
+        if sizes and (not prefill_tokens or self.graphs_take_prompts):
+            rows = cuda_graphs.padded(tokens, sizes)  # tail term `graph padding`
         linear_flops = self.gemm_flops(rows, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
         if prefill_pairs is None:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
