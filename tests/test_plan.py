@@ -319,8 +319,9 @@ def test_a_calibration_whose_own_runs_disagree_says_so(scripted, tmp_path, tiny_
     assert int(note.split("by up to ")[1].split("%")[0]) >= 25
 
 
-def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150):
-    """A sweep made by the simulator itself with `truth` as the server, written as a sweep's records."""
+def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150, suffix=""):
+    """A sweep made by the simulator itself with `truth` as the server, written as a sweep's records (`suffix`:
+    labels as `--append` writes a rate's later runs, rate-2-run2)."""
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
@@ -328,7 +329,7 @@ def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150):
         prompts, outputs = work.sample(n, rng)
         arrivals = np.cumsum(rng.exponential(1 / rate, n))
         res = simulate(arrivals, prompts, outputs, truth, setup.shape)
-        files = RunFiles(folder, f"rate-{rate}")
+        files = RunFiles(folder, f"rate-{rate}{suffix}")
         writer = RecordWriter(files.records)
         for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs, strict=True)):
             first = t + res.ttft[i]
@@ -399,6 +400,31 @@ def test_calibration_recovers_a_cost_per_sequence_from_how_tpot_rises_with_the_r
     assert abs(predicted(cal) / measured - 1) < 0.05 < abs(predicted(one) / measured - 1)
 
 
+def test_calibration_pools_the_runs_of_one_rate(tmp_path):
+    """A rate measured in several runs (`--append` in rounds: rate-1, rate-1-run2) is one rate: its requests pooled,
+    each run replayed on its own arrivals. Taken as two rates, the two lowest would both be rate 1, no rise of TPOT
+    between them, and the cost per sequence (that only the rise shows) lost; a rate with a saturated run is not
+    calibrated on."""
+    from dataclasses import replace
+
+    from llmbench.plan.calibrate import _runs, calibrate
+    from llmbench.results import RunFiles, write_result
+
+    setup, work, rng = _catalog_setup()
+    engine = replace(setup.model.engine, seq_overhead=setup.model.engine.seq_overhead + 3e-3)
+    truth = replace(setup.model.scaled(1.5), engine=engine)
+    _simulated_sweep(tmp_path, truth, setup, work, rng, rates=(1, 3), n=100)
+    _simulated_sweep(tmp_path, truth, setup, work, rng, rates=(1,), n=100, suffix="-run2")
+    runs = _runs(tmp_path, 2)
+    assert [label for label, _ in runs] == ["rate-1 x2", "rate-3"]
+    assert len(runs[0][1]) == 200 and set(runs[0][1]["label"]) == {"rate-1", "rate-1-run2"}
+    cal = calibrate(tmp_path, setup.model, setup.shape, rates=2)
+    assert cal.seq_overhead == pytest.approx(3e-3, rel=0.3) and cal.scale == pytest.approx(1.5, rel=0.2)
+    assert cal.labels == ("rate-1 x2", "rate-3") and len(cal.residuals) == 2
+    write_result(RunFiles(tmp_path, "rate-3-run2"), {"request_rate": 3, "completed": 0, "saturated": "queue grew"})
+    assert [label for label, _ in _runs(tmp_path, 2)] == ["rate-1 x2"]
+
+
 def _foreign_calibration():
     """benchmarks/foreign_calibration.py as a module (a script, not a package)."""
     import importlib.util
@@ -422,6 +448,63 @@ def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
     assert sorted(p.name for p in subset.iterdir()) == sorted(
         ["metadata.json"] + [f"{label}{suffix}" for label in ("rate-1", "rate-2.5")
                              for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl")])
+
+
+def test_foreign_calibration_pools_a_rates_runs_each_replayed_on_its_own(tmp_path):
+    """Blocks of one rate (rate-1, rate-1-run2) make one figure: the labels grouped by their rate, and each
+    block replayed on its own arrivals (both start at t = 0), the simulated requests then pooled."""
+    module = _foreign_calibration()
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(1, 2), n=60)
+    _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(1,), n=60, suffix="-run2")
+    from llmbench.results import load_results
+
+    results = {r["label"]: r for r in load_results(tmp_path)}
+    assert module._by_rate(results, ["rate-1", "rate-2", "rate-1-run2"]) == {
+        "rate-1": ["rate-1", "rate-1-run2"], "rate-2": ["rate-2"]}
+    ok = module._measured(tmp_path, ["rate-1", "rate-1-run2"])
+    pooled = module._replay(ok, setup.model, setup.shape)
+    alone = [simulate(run["scheduled"].to_numpy(), run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(),
+                      setup.model, setup.shape) for _, run in ok.groupby("label", sort=False)]
+    ttft = np.concatenate([r.ttft for r in alone])
+    assert pooled["p99_ttft_ms"] == pytest.approx(np.percentile(ttft, 99) * 1000)
+    as_one = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+                      setup.model, setup.shape).summary()
+    assert pooled["p99_ttft_ms"] != pytest.approx(as_one["p99_ttft_ms"])
+    assert module._real(ok)["median_ttft_ms"] == pytest.approx(np.median(ok["ttft"]) * 1000)
+
+
+def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(tmp_path):
+    """A client that fell behind (7 sends held 1.6 s, then sent at once) sent the server a burst; TTFT is timed
+    from the send, so the replay must send that burst too, not the smooth schedule. Records without send times
+    replay the schedule."""
+    import pandas as pd
+
+    from llmbench.plan.workload import sent_times
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+
+    module = _foreign_calibration()
+    setup, _, rng = _catalog_setup()
+    scheduled = np.arange(40) * 0.25
+    sent = np.where((scheduled >= 2) & (scheduled < 3.75), 3.75, scheduled)
+    prompts, outputs = rng.integers(500, 2000, 40), rng.integers(20, 100, 40)
+    files = RunFiles(tmp_path, "rate-4")
+    writer = RecordWriter(files.records)
+    for i in range(40):
+        writer.write(RequestRecord(i, float(scheduled[i]), dispatched=float(sent[i]), start=float(sent[i]),
+                                   end=float(sent[i]) + 1, success=True, chunk_times=[sent[i] + 0.1, sent[i] + 1],
+                                   prompt_len=int(prompts[i]), output_tokens=int(outputs[i])))
+    writer.close()
+    write_result(files, {"request_rate": 4, "completed": 40, "saturated": None})
+    ok = module._measured(tmp_path, "rate-4")
+    assert list(sent_times(ok)) == list(sent)
+    got = module._replay(ok, setup.model, setup.shape)
+    want = simulate(sent, prompts, outputs, setup.model, setup.shape).summary()
+    smooth = simulate(scheduled, prompts, outputs, setup.model, setup.shape).summary()
+    assert got["p99_ttft_ms"] == pytest.approx(want["p99_ttft_ms"]) and got["p99_ttft_ms"] > smooth["p99_ttft_ms"]
+    unsent = pd.DataFrame({"scheduled": scheduled, "start": np.zeros(40)})
+    assert list(sent_times(unsent)) == list(scheduled)
 
 
 def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_path):

@@ -17,10 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
+from llmbench.plan.workload import sent_times
 
 
 @dataclass(frozen=True)
@@ -74,17 +76,28 @@ FAR = (0.2, 5.0)
 
 
 def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
+    """The `count` lowest unsaturated finite rates, each as (label, its successful requests). A rate measured
+    in several runs (`--append`: rate-2, rate-2-run2, ...) is one rate: its runs' requests pooled, each run
+    replayed on its own arrivals (the records' `label`), and saturated if any of its runs was."""
     from llmbench.results import load_records, load_results
 
+    by_rate: dict[float, list[dict]] = {}
+    for result in load_results(folder):
+        if result.get("request_rate") != "inf":
+            by_rate.setdefault(float(result["request_rate"]), []).append(result)
     runs = []
-    for result in sorted((r for r in load_results(folder) if r.get("request_rate") != "inf"),
-                         key=lambda r: float(r["request_rate"])):
-        if result.get("saturated"):
+    for rate in sorted(by_rate):
+        results = by_rate[rate]
+        if any(r.get("saturated") for r in results):
             continue
-        frame = load_records(folder, result["label"])
+        frames = [load_records(folder, r["label"]) for r in results]
+        frame = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(
+            not f.empty for f in frames) else pd.DataFrame()
         ok = frame[frame["success"]] if not frame.empty else frame
         if len(ok) >= 5:
-            runs.append((result["label"], ok))
+            label = min((r["label"] for r in results), key=lambda x: (len(x), x))  # rate-2 before rate-2-run2
+            label += f" x{len(results)}" if len(results) > 1 else ""
+            runs.append((label, ok))
         if len(runs) == count:
             break
     return runs
@@ -101,9 +114,10 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     base = replace(shape, client_overhead=0.0)
 
     def replay(model: RooflineModel, which=runs):
-        for _, ok in which:
-            yield ok, simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(),
-                               ok["output_tokens"].to_numpy(), model, base)
+        for _, pooled in which:
+            for _, ok in pooled.groupby("label", sort=False):
+                yield ok, simulate(sent_times(ok), ok["prompt_len"].to_numpy(),
+                                   ok["output_tokens"].to_numpy(), model, base)
 
     def tpot(model: RooflineModel, which=runs) -> float:
         return float(np.median(np.concatenate([res.tpot for _, res in replay(model, which)])))
@@ -157,14 +171,15 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
         if all(abs(a - b) <= 0.01 * max(abs(b), 1e-12) for a, b in zip((scale, prefill, per_seq), before,
                                                                         strict=True)):
             break
-    fitted = [res for _, res in replay(_fitted(roof, scale, prefill, per_seq))]
-    sim_tpot = float(np.median(np.concatenate([r.tpot for r in fitted])))
-    sim_ttft = float(np.median(np.concatenate([r.ttft for r in fitted])))
+    model = _fitted(roof, scale, prefill, per_seq)
+    fitted = [[res for _, res in replay(model, [run])] for run in runs]  # per rate, its runs
+    sim_tpot = float(np.median(np.concatenate([r.tpot for rate in fitted for r in rate])))
+    sim_ttft = float(np.median(np.concatenate([r.ttft for rate in fitted for r in rate])))
     measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
     overhead = max(measured_ttft - sim_ttft, 0.0)
-    residuals = tuple((label, float(np.median(res.tpot) / ok["tpot"].median() - 1),
-                       float((np.median(res.ttft) + overhead) / ok["ttft"].median() - 1))
-                      for (label, ok), res in zip(runs, fitted, strict=True))
+    residuals = tuple((label, float(np.median(np.concatenate([r.tpot for r in rate])) / ok["tpot"].median() - 1),
+                       float((np.median(np.concatenate([r.ttft for r in rate])) + overhead) / ok["ttft"].median() - 1))
+                      for (label, ok), rate in zip(runs, fitted, strict=True))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
                        prefill, residuals, per_seq)
 

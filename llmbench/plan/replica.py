@@ -14,7 +14,7 @@ from llmbench.plan.request import PlanError, PlanRequest, params_text
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
-from llmbench.plan.workload import Workload
+from llmbench.plan.workload import Workload, sent_times
 
 
 @dataclass
@@ -145,7 +145,7 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     ok = load_records(folder, first["label"])
     ok = ok[ok["success"]]
     if not ok.empty:
-        res = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+        res = simulate(sent_times(ok), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
                        step_model, shape)
         shape = replace(shape, client_overhead=fit_client_overhead(ok["ttft"].to_numpy(), res.ttft))
     rel = max(step_model.rel_error, 0.05)

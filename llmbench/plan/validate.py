@@ -9,6 +9,7 @@ import numpy as np
 from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
+from llmbench.plan.workload import sent_times
 from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
 
 
@@ -24,7 +25,7 @@ def simulate_label(folder: Path, label: str, model: LinearStepModel, shape: Engi
     """Replay a measured run's own arrivals and lengths through the simulator."""
     frame = load_records(folder, label)
     ok = frame[frame["success"]]
-    return ok, simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+    return ok, simulate(sent_times(ok), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
                         model, shape)
 
 

@@ -108,6 +108,16 @@ def from_results(folder: Path) -> Workload:
     return Workload(ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(), f"measured requests in {folder}")
 
 
+def sent_times(ok) -> np.ndarray:
+    """When the server received each measured request: the actual send (`start`, from which TTFT is timed),
+    not the arrival process's schedule. They differ where the client fell behind (a load generator starved of
+    CPU by a server on the same cores held 7 sends for 1.6 s, then sent them at once): replayed at the schedule,
+    that burst is smoothed away while its queueing is in the measured TTFTs. Records without a send time (all
+    `start` 0) fall back to the schedule."""
+    start = ok["start"].to_numpy(dtype=float)
+    return start if len(start) and start.any() else ok["scheduled"].to_numpy(dtype=float)
+
+
 def _bundled_tokenizer() -> str:
     from bundled.modelbuild import build_model
 
