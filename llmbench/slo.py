@@ -164,21 +164,31 @@ def capacity(points: list[dict], slo: SLO) -> Capacity:
 
 
 def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
-    """Per finite-rate result of a folder: its rate and the fraction of its requests within the SLO, recomputed
-    from the per-request records (`frame`, as `llmbench.results.load_records` gives it), so any SLO can be put
-    to any folder after the fact; with the run's own saturation verdict and kept-up fraction."""
-    points = []
+    """Per finite measured rate: the fraction of its requests within the SLO, recomputed from the per-request
+    records (`frame`, as `llmbench.results.load_records` gives it), so any SLO can be put to any folder after the
+    fact; with the run's own saturation verdict and kept-up fraction. Runs of one rate (`--append`: rate-2,
+    rate-2-run2) are one point, their requests pooled, saturated if any was and kept up as the worst did: taken
+    apart, the highest rate any one of them passed would be the answer, however many failed there."""
+    by_rate: dict[float, list[dict]] = {}
     for r in results:
         if r.get("request_rate") in ("inf", None) or r.get("interrupted") or r.get("target_down"):
             continue
-        points.append({"rate": float(r["request_rate"]), "attainment": attained(frame, r["label"], slo) or 0.0,
-                       "saturated": bool(r.get("saturated")), "kept_up": r.get("kept_up"), "label": r["label"]})
+        by_rate.setdefault(float(r["request_rate"]), []).append(r)
+    points = []
+    for rate, runs in by_rate.items():
+        labels = sorted((r["label"] for r in runs), key=lambda x: (len(x), x))  # rate-2 before rate-2-run2
+        kept = [r["kept_up"] for r in runs if r.get("kept_up") is not None]
+        points.append({"rate": rate, "attainment": attained(frame, labels, slo) or 0.0,
+                       "saturated": any(bool(r.get("saturated")) for r in runs), "kept_up": min(kept) if kept else None,
+                       "label": labels[0], "runs": labels})
     return points
 
 
-def attained(frame, label: str, slo: SLO) -> float | None:
-    """The share of one result's measured requests (warm-up excluded) within `slo`; None when it has none."""
-    rows = frame[frame["label"] == label] if not frame.empty else frame
+def attained(frame, label: str | list[str], slo: SLO) -> float | None:
+    """The share of one result's (or several pooled) measured requests (warm-up excluded) within `slo`; None
+    when it has none."""
+    labels = [label] if isinstance(label, str) else label
+    rows = frame[frame["label"].isin(labels)] if not frame.empty else frame
     if "warmup" in rows:
         rows = rows[~rows["warmup"].astype(bool)]
     if not len(rows):

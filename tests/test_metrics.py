@@ -92,3 +92,32 @@ def test_client_health_flags_lag():
     on_time = [rec(i, i * 0.1, [i * 0.1 + 0.05], 1) for i in range(1, 30)]
     m = metrics.compute(on_time, requested_rate=10.0)
     assert not m["client_overloaded"] and m["achieved_rate"] == pytest.approx(10.0, rel=0.01)
+
+
+def test_runs_of_one_rate_are_one_point_of_the_capacity_answer():
+    """`sweep --append` repeats a rate (rate-2, rate-2-run2): the capacity answer pools their requests. Taken
+    apart, the run at 2 req/s that met the SLO made 2 the answer although its repeat missed it badly."""
+    import pandas as pd
+
+    from llmbench.slo import SLO, attainment_points, capacity
+
+    def rows(label, good, bad):
+        n = good + bad
+        return pd.DataFrame({"label": [label] * n, "warmup": [False] * n, "success": [True] * n,
+                             "ttft": [0.1] * good + [5.0] * bad, "tpot": [0.01] * n, "latency": [1.0] * n})
+
+    frame = pd.concat([rows("rate-1", 100, 0), rows("rate-2", 100, 0), rows("rate-2-run2", 60, 40)])
+    results = [{"label": "rate-1", "request_rate": 1, "kept_up": 1.0},
+               {"label": "rate-2-run2", "request_rate": 2, "kept_up": 0.9, "saturated": "queue grew"},
+               {"label": "rate-2", "request_rate": 2, "kept_up": 1.0}]
+    slo = SLO(ttft_ms=500, tpot_ms=100)
+    points = sorted(attainment_points(results, frame, slo), key=lambda p: p["rate"])
+    assert [(p["rate"], p["label"], p["runs"]) for p in points] == [
+        (1.0, "rate-1", ["rate-1"]), (2.0, "rate-2", ["rate-2", "rate-2-run2"])]
+    assert points[1]["attainment"] == pytest.approx(160 / 200)
+    assert points[1]["saturated"] and points[1]["kept_up"] == 0.9
+    pooled = capacity(points, slo)
+    assert pooled.passing == [1.0] and pooled.rate < 1.1
+    alone = [p for p in points if p["rate"] == 1.0] + [{"rate": 2.0, "attainment": 1.0, "saturated": False,
+                                                         "kept_up": 1.0}]
+    assert capacity(alone, slo).passing == [1.0, 2.0]
