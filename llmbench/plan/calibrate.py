@@ -90,10 +90,9 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
         results = by_rate[rate]
         if any(r.get("saturated") for r in results):
             continue
-        frames = [load_records(folder, r["label"]) for r in results]
-        frame = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(
-            not f.empty for f in frames) else pd.DataFrame()
-        ok = frame[frame["success"]] if not frame.empty else frame
+        frames = [f for f in (load_records(folder, r["label"]) for r in results) if not f.empty]
+        ok = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        ok = ok[ok["success"]] if not ok.empty else ok
         if len(ok) >= 5:
             label = min((r["label"] for r in results), key=lambda x: (len(x), x))  # rate-2 before rate-2-run2
             label += f" x{len(results)}" if len(results) > 1 else ""
