@@ -110,11 +110,14 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
 
 
 @click.command()
-@click.option("--calibrate", "calibrate_on", required=True, help="FOLDER:label,label,... to calibrate on (runs of one rate pooled).")
-@click.option("--predict", "predict_on", required=True, multiple=True, help="FOLDER:label,... to predict (runs of one rate pooled).")
+@click.option("--calibrate", "calibrate_on", required=True,
+              help="FOLDER:label,label,... to calibrate on (runs of one rate pooled).")
+@click.option("--predict", "predict_on", required=True, multiple=True,
+              help="FOLDER:label,... to predict (runs of one rate pooled).")
 @click.option("--gpu-spec", required=True, type=click.Path(exists=True, dir_okay=False), help="The device.")
 @click.option("--model", default=None, help="The served model's config.json (default: the bundled small model).")
-@click.option("--concurrency", "concurrency_on", default=None, help="FOLDER:label,... of --max-concurrency runs (pooled).")
+@click.option("--concurrency", "concurrency_on", default=None,
+              help="FOLDER:label,... of --max-concurrency runs (pooled).")
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence in a step from the highest calibration rate (off: one GPU-time scale).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,

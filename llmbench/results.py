@@ -124,6 +124,11 @@ def append_suffix(folder: Path | str, labels: list[str]) -> str:
     return f"-run{n}"
 
 
+def run_order(label: str) -> tuple[int, str]:
+    """Sort key for the runs of one rate in the order `--append` wrote them: rate-2, rate-2-run2, ..., -run10."""
+    return len(label), label
+
+
 def clear_labels(folder: Path | str, labels: list[str]) -> None:
     """--overwrite: every file of those labels goes, so no old record is counted with the new ones."""
     for label in labels:

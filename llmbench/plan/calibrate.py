@@ -79,7 +79,7 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
     """The `count` lowest unsaturated finite rates, each as (label, its successful requests). A rate measured
     in several runs (`--append`: rate-2, rate-2-run2, ...) is one rate: its runs' requests pooled, each run
     replayed on its own arrivals (the records' `label`), and saturated if any of its runs was."""
-    from llmbench.results import load_records, load_results
+    from llmbench.results import load_records, load_results, run_order
 
     by_rate: dict[float, list[dict]] = {}
     for result in load_results(folder):
@@ -94,7 +94,7 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
         ok = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         ok = ok[ok["success"]] if not ok.empty else ok
         if len(ok) >= 5:
-            label = min((r["label"] for r in results), key=lambda x: (len(x), x))  # rate-2 before rate-2-run2
+            label = min((r["label"] for r in results), key=run_order)
             label += f" x{len(results)}" if len(results) > 1 else ""
             runs.append((label, ok))
         if len(runs) == count:
