@@ -425,6 +425,26 @@ def test_calibration_pools_the_runs_of_one_rate(tmp_path):
     assert [label for label, _ in _runs(tmp_path, 2)] == ["rate-1 x2"]
 
 
+def test_plan_quotes_a_repeated_rate_from_all_its_runs(tmp_path):
+    """`plan --results` on a folder with a rate measured twice (`--append`): the figures it quotes for that rate
+    are percentiles over both runs' requests, not the first run's own."""
+    from llmbench.plan.planner import measured_points
+    from llmbench.results import RunFiles, load_records, write_result
+    from llmbench.slo import SLO
+
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(2,), n=60)
+    _simulated_sweep(tmp_path, setup.model.scaled(3.0), setup, work, rng, rates=(2,), n=60, suffix="-run2")
+    for label, tput in (("rate-2", 100.0), ("rate-2-run2", 50.0)):
+        write_result(RunFiles(tmp_path, label), {"request_rate": 2, "completed": 60, "saturated": None,
+                                                 "p99_ttft_ms": 1.0, "output_throughput": tput})
+    (point,), frame = measured_points(tmp_path, SLO())
+    ttft = load_records(tmp_path)["ttft"].to_numpy()
+    assert point["runs"] == ["rate-2", "rate-2-run2"] and len(ttft) == 120
+    assert point["p99_ttft_ms"] == pytest.approx(np.percentile(ttft, 99) * 1000)
+    assert point["output_throughput"] == pytest.approx(75.0)
+
+
 def _foreign_calibration():
     """benchmarks/foreign_calibration.py as a module (a script, not a package)."""
     import importlib.util

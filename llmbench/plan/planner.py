@@ -12,6 +12,8 @@ import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
+
 from llmbench.plan import bands, gpus, search
 from llmbench.plan.replica import Replica, calibrated_replica, catalog_replica, fitted_replica
 from llmbench.plan.request import (
@@ -81,12 +83,30 @@ def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
     if frame.empty:
         raise PlanError(f"{folder}: the results name no per-request records (*.records.jsonl), which the plan needs")
     by_label = {r["label"]: r for r in results}
-    keys = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
-            "p99_e2el_ms")
-    points = [p | {"achieved_rate": by_label[p["label"]].get("achieved_rate"),
-                   **{k: by_label[p["label"]].get(k) for k in keys}}
+    points = [p | _measured_figures([by_label[label] for label in p["runs"]], frame)
               for p in attainment_points(results, frame, slo)]
     return sorted(points, key=lambda p: p["rate"]), frame
+
+
+LATENCY_COLUMNS = {"ttft": "ttft", "tpot": "tpot", "e2el": "latency"}
+
+
+def _measured_figures(runs: list[dict], frame) -> dict:
+    """The figures the plan quotes for one measured rate: its result's, or for several runs of the rate
+    (`--append`) percentiles over their pooled requests and the mean of their throughputs."""
+    if len(runs) == 1:
+        keys = ("achieved_rate", "output_throughput") + tuple(
+            f"{stat}_{m}_ms" for m in LATENCY_COLUMNS for stat in ("median", "p99"))
+        return {k: runs[0].get(k) for k in keys}
+    rows = frame[frame["label"].isin([r["label"] for r in runs]) & frame["success"]]
+    rows = rows[~rows["warmup"].astype(bool)] if "warmup" in rows else rows
+    out = {k: float(np.mean([r[k] for r in runs if r.get(k) is not None] or [np.nan]))
+           for k in ("achieved_rate", "output_throughput")}
+    for metric, column in LATENCY_COLUMNS.items():
+        values = rows[column].dropna().to_numpy(dtype=float)
+        for stat, q in (("median", 50), ("p99", 99)):
+            out[f"{stat}_{metric}_ms"] = float(np.percentile(values, q) * 1000) if len(values) else None
+    return out
 
 
 def measured_capacity(folder: Path, slo: SLO) -> dict:
