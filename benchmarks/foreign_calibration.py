@@ -30,7 +30,13 @@ from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results, sent_times  # noqa: E402
-from llmbench.results import RunFiles, describe_machine, load_records, load_results  # noqa: E402
+from llmbench.results import (  # noqa: E402
+    RunFiles,
+    describe_machine,
+    load_records,
+    load_results,
+    runs_by_rate,
+)
 from llmbench.slo import SLO  # noqa: E402
 
 KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -72,15 +78,10 @@ def _real(ok) -> dict:
 
 
 def _by_rate(results: dict, names: list[str]) -> dict[str, list[str]]:
-    """`names` grouped by their measured rate (`--append` blocks of one rate: rate-2, rate-2-run2, ...), named
-    by the first."""
-    groups: dict[str, list[str]] = {}
-    first: dict[str, str] = {}
-    for label in names:
-        rate = str(results[label]["request_rate"])
-        first.setdefault(rate, label)
-        groups.setdefault(first[rate], []).append(label)
-    return groups
+    """`names` grouped by their measured rate (`--append` runs of one rate: rate-2, rate-2-run2, ...), each group
+    named by its first run."""
+    return {runs[0]["label"]: [r["label"] for r in runs]
+            for runs in runs_by_rate(results[label] for label in names).values()}
 
 
 def _spread(ok, draws: int = 2000) -> dict[str, tuple[float, float]]:

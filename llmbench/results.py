@@ -22,7 +22,7 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +127,16 @@ def append_suffix(folder: Path | str, labels: list[str]) -> str:
 def run_order(label: str) -> tuple[int, str]:
     """Sort key for the runs of one rate in the order `--append` wrote them: rate-2, rate-2-run2, ..., -run10."""
     return len(label), label
+
+
+def runs_by_rate(results: Iterable[dict]) -> dict[float, list[dict]]:
+    """Results grouped by their request rate (`inf` for a closed loop), lowest first, each rate's runs in the
+    order `--append` wrote them: the runs of one rate are one measurement of it."""
+    by_rate: dict[float, list[dict]] = {}
+    for r in results:
+        if r.get("request_rate") is not None:
+            by_rate.setdefault(float(r["request_rate"]), []).append(r)
+    return {rate: sorted(runs, key=lambda r: run_order(r["label"])) for rate, runs in sorted(by_rate.items())}
 
 
 def clear_labels(folder: Path | str, labels: list[str]) -> None:

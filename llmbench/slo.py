@@ -9,6 +9,7 @@ P99 TPOT 100 ms.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -169,16 +170,13 @@ def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
     fact; with the run's own saturation verdict and kept-up fraction. Runs of one rate (`--append`: rate-2,
     rate-2-run2) are one point, their requests pooled, saturated if any was and kept up as the worst did: taken
     apart, the highest rate any one of them passed would be the answer, however many failed there."""
-    from llmbench.results import run_order
+    from llmbench.results import runs_by_rate
 
-    by_rate: dict[float, list[dict]] = {}
-    for r in results:
-        if r.get("request_rate") in ("inf", None) or r.get("interrupted") or r.get("target_down"):
-            continue
-        by_rate.setdefault(float(r["request_rate"]), []).append(r)
     points = []
-    for rate, runs in by_rate.items():
-        labels = sorted((r["label"] for r in runs), key=run_order)
+    for rate, runs in runs_by_rate(r for r in results if not (r.get("interrupted") or r.get("target_down"))).items():
+        if math.isinf(rate):
+            continue
+        labels = [r["label"] for r in runs]
         kept = [r["kept_up"] for r in runs if r.get("kept_up") is not None]
         points.append({"rate": rate, "attainment": attained(frame, labels, slo) or 0.0,
                        "saturated": any(bool(r.get("saturated")) for r in runs), "kept_up": min(kept) if kept else None,

@@ -13,6 +13,7 @@ priors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -79,23 +80,17 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
     """The `count` lowest unsaturated finite rates, each as (label, its successful requests). A rate measured
     in several runs (`--append`: rate-2, rate-2-run2, ...) is one rate: its runs' requests pooled, each run
     replayed on its own arrivals (the records' `label`), and saturated if any of its runs was."""
-    from llmbench.results import load_records, load_results, run_order
+    from llmbench.results import load_records, load_results, runs_by_rate
 
-    by_rate: dict[float, list[dict]] = {}
-    for result in load_results(folder):
-        if result.get("request_rate") != "inf":
-            by_rate.setdefault(float(result["request_rate"]), []).append(result)
     runs = []
-    for rate in sorted(by_rate):
-        results = by_rate[rate]
-        if any(r.get("saturated") for r in results):
+    for rate, results in runs_by_rate(load_results(folder)).items():
+        if math.isinf(rate) or any(r.get("saturated") for r in results):
             continue
         frames = [f for f in (load_records(folder, r["label"]) for r in results) if not f.empty]
         ok = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         ok = ok[ok["success"]] if not ok.empty else ok
         if len(ok) >= 5:
-            label = min((r["label"] for r in results), key=run_order)
-            label += f" x{len(results)}" if len(results) > 1 else ""
+            label = results[0]["label"] + (f" x{len(results)}" if len(results) > 1 else "")
             runs.append((label, ok))
         if len(runs) == count:
             break

@@ -1,0 +1,298 @@
+"""The planner from a measured sweep of any server: calibration of the roofline on its records, the runs of one
+rate taken together, and benchmarks/foreign_calibration.py's replay of the rates it predicts."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from llmbench.cli import main
+from llmbench.plan.simulator import simulate
+
+
+def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
+    """A server without engine statistics: the roofline is scaled to the sweep's own TPOT and the TTFT gap
+    becomes a per-request overhead; --at-rate then shows the measured point beside the prediction."""
+    server = scripted("--ttft-ms", "60", "--itl-ms", "20")
+    out = tmp_path / "sweep"
+    # warm-up requests first: a loaded CI machine's first, cold requests read TTFT 75 against the server's 60 ms
+    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "2,4",
+                                  "--duration", "4", "--warmup", "2", "--output-len", "16", "--out", str(out),
+                                  "--no-progress"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
+                                  "--gpu", "L4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["setup"]["label"] == "simulated (calibrated)" and "calibrated on rate-2" in plan["setup"]["step_model"]
+    sim = {f["name"]: f["value"] for f in plan["figures"] if f["label"] == "simulated (calibrated)"}
+    measured = {f["name"]: f["value"] for f in plan["figures"] if f["label"] == "measured"}
+    assert sim["P50 TPOT"] == pytest.approx(20, rel=0.2) and measured["P50 TPOT"] == pytest.approx(20, rel=0.2)
+    assert sim["P50 TTFT"] == pytest.approx(measured["P50 TTFT"], rel=0.3)
+    assert not any("disagree with any one model" in note for note in plan["estimates"])
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
+                                  "--gpu", "H100", "--measured-gpu", "L4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    moved = json.loads((out / "plan.json").read_text())
+    tpot = next(f["value"] for f in moved["figures"] if f["name"] == "P50 TPOT" and f["label"] != "measured")
+    assert tpot < 0.5 * sim["P50 TPOT"]  # 16x the bandwidth of an L4, same efficiency scale
+    assert any("transferred from the sweep on L4 TP1" in note for note in moved["estimates"])
+
+
+def test_a_calibration_whose_own_runs_disagree_says_so(scripted, tmp_path, tiny_model):
+    """The server ran twice as fast at 4 req/s as at 2 (a neighbour left the host between the two runs): no model of
+    load fits both, and the plan says how far its fit is from its own runs instead of passing it on silently."""
+    out = tmp_path / "sweep"
+    for rate, itl, more in (("2", "40", []), ("4", "20", ["--append"])):
+        server = scripted("--ttft-ms", "60", "--itl-ms", itl)
+        r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", rate,
+                                      "--duration", "4", "--output-len", "16", "--out", str(out), "--no-progress",
+                                      *more])
+        assert r.exit_code == 0, r.output
+        server.stop()
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
+                                  "--gpu", "L4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads((out / "plan.json").read_text())
+    assert "on its own runs the fit is off by rate-2 TPOT +" not in plan["setup"]["step_model"]
+    assert "on its own runs the fit is off by rate-2 TPOT -" in plan["setup"]["step_model"]
+    note = next(n for n in plan["estimates"] if "disagree with any one model" in n)
+    assert int(note.split("by up to ")[1].split("%")[0]) >= 25
+
+
+def _simulated_sweep(folder, truth, setup, work, rng, rates=(2, 4), n=150, suffix=""):
+    """A sweep made by the simulator itself with `truth` as the server, written as a sweep's records (`suffix`:
+    labels as `--append` writes a rate's later runs, rate-2-run2)."""
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+
+    for rate in rates:
+        prompts, outputs = work.sample(n, rng)
+        arrivals = np.cumsum(rng.exponential(1 / rate, n))
+        res = simulate(arrivals, prompts, outputs, truth, setup.shape)
+        files = RunFiles(folder, f"rate-{rate}{suffix}")
+        writer = RecordWriter(files.records)
+        for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs, strict=True)):
+            first = t + res.ttft[i]
+            writer.write(RequestRecord(i, t, dispatched=t, start=t, end=t + res.e2el[i], success=True,
+                                       chunk_times=[first, t + res.e2el[i]], prompt_len=int(p), output_tokens=int(o)))
+        writer.close()
+        write_result(files, {"request_rate": rate, "completed": n, "saturated": None})
+
+
+def _catalog_setup(model="llama-3.1-8b", gpu="A100-80GB"):
+    from llmbench.plan.planner import PlanRequest, catalog_replica
+    from llmbench.plan.workload import Workload
+    from llmbench.slo import SLO
+
+    rng = np.random.default_rng(0)
+    work = Workload(rng.integers(100, 3000, 400), rng.integers(20, 200, 400), "made here")
+    return catalog_replica(PlanRequest(slo=SLO(), model=model, gpu=gpu), work).setup, work, rng
+
+
+def test_calibration_recovers_a_prompt_compute_scale_apart_from_the_decode_scale(tmp_path):
+    """A server made by the simulator itself, its GPU time x2 and its prompt compute a quarter of the priors':
+    one scale fitted on the median TPOT cannot describe it (prefill steps, hence TTFT and the P99 TPOT, come
+    out 4x too long); the calibration fits both, from the TPOT and from TTFT against prompt length."""
+    from dataclasses import replace
+
+    from llmbench.plan.calibrate import calibrate
+
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, replace(setup.model.scaled(2.0), prefill_scale=0.25), setup, work, rng)
+    cal = calibrate(tmp_path, setup.model, setup.shape, rates=2)
+    assert cal.scale == pytest.approx(2.0, rel=0.15) and cal.prefill_scale == pytest.approx(0.25, rel=0.3)
+    assert cal.request_overhead < 0.05 and cal.seq_overhead < 1e-4  # the truth has none
+    assert cal.misfit < 0.1 and "on its own runs the fit is off by rate-2 TPOT" in cal.describe()
+    alone = calibrate(tmp_path, setup.model, setup.shape, rates=1)  # one run: nothing to disagree with
+    assert alone.misfit == 0.0 and "on its own runs" not in alone.describe() and alone.seq_overhead == 0.0
+
+
+def test_calibration_recovers_a_cost_per_sequence_from_how_tpot_rises_with_the_rate(tmp_path):
+    """A server whose every sequence costs 3 ms a step more than the priors say (detokenizing and streaming each
+    token on the model's own cores, as a CPU server does): its TPOT rises with the rate faster than one scale on
+    the GPU time can follow (it fits the middle, too slow at the low rate and too fast at the high one). From two
+    rates the calibration finds that cost and the scale apart, and predicts a third rate it never saw."""
+    from dataclasses import replace
+
+    from llmbench.plan.calibrate import calibrate
+
+    setup, work, rng = _catalog_setup()
+    engine = replace(setup.model.engine, seq_overhead=setup.model.engine.seq_overhead + 3e-3)
+    truth = replace(setup.model.scaled(1.5), engine=engine)
+    _simulated_sweep(tmp_path / "sweep", truth, setup, work, rng, rates=(1, 3))
+    _simulated_sweep(tmp_path / "unseen", truth, setup, work, rng, rates=(5,))
+    cal = calibrate(tmp_path / "sweep", setup.model, setup.shape, rates=2)
+    one = calibrate(tmp_path / "sweep", setup.model, setup.shape, rates=2, per_sequence=False)
+    assert cal.seq_overhead == pytest.approx(3e-3, rel=0.3) and cal.scale == pytest.approx(1.5, rel=0.2)
+    assert one.seq_overhead == 0.0 and cal.misfit < 0.5 * one.misfit
+    assert "µs more per sequence a step" in cal.describe()
+
+    from llmbench.results import load_records
+
+    ok = load_records(tmp_path / "unseen", "rate-5")
+    measured = float(ok["tpot"].median())
+
+    def predicted(c):
+        res = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+                       c.apply(setup.model), setup.shape)
+        return float(np.median(res.tpot))
+
+    assert abs(predicted(cal) / measured - 1) < 0.05 < abs(predicted(one) / measured - 1)
+
+
+def test_calibration_pools_the_runs_of_one_rate(tmp_path):
+    """A rate measured in several runs (`--append` in rounds: rate-1, rate-1-run2) is one rate: its requests pooled,
+    each run replayed on its own arrivals. Taken as two rates, the two lowest would both be rate 1, no rise of TPOT
+    between them, and the cost per sequence (that only the rise shows) lost; a rate with a saturated run is not
+    calibrated on."""
+    from dataclasses import replace
+
+    from llmbench.plan.calibrate import _runs, calibrate
+    from llmbench.results import RunFiles, write_result
+
+    setup, work, rng = _catalog_setup()
+    engine = replace(setup.model.engine, seq_overhead=setup.model.engine.seq_overhead + 3e-3)
+    truth = replace(setup.model.scaled(1.5), engine=engine)
+    _simulated_sweep(tmp_path, truth, setup, work, rng, rates=(1, 3), n=100)
+    _simulated_sweep(tmp_path, truth, setup, work, rng, rates=(1,), n=100, suffix="-run2")
+    runs = _runs(tmp_path, 2)
+    assert [label for label, _ in runs] == ["rate-1 x2", "rate-3"]
+    assert len(runs[0][1]) == 200 and set(runs[0][1]["label"]) == {"rate-1", "rate-1-run2"}
+    cal = calibrate(tmp_path, setup.model, setup.shape, rates=2)
+    assert cal.seq_overhead == pytest.approx(3e-3, rel=0.3) and cal.scale == pytest.approx(1.5, rel=0.2)
+    assert cal.labels == ("rate-1 x2", "rate-3") and len(cal.residuals) == 2
+    write_result(RunFiles(tmp_path, "rate-3-run2"), {"request_rate": 3, "completed": 0, "saturated": "queue grew"})
+    assert [label for label, _ in _runs(tmp_path, 2)] == ["rate-1 x2"]
+
+
+def test_plan_quotes_a_repeated_rate_from_all_its_runs(tmp_path):
+    """`plan --results` on a folder with a rate measured twice (`--append`): the figures it quotes for that rate
+    are percentiles over both runs' requests, not the first run's own."""
+    from llmbench.plan.planner import measured_points
+    from llmbench.results import RunFiles, load_records, write_result
+    from llmbench.slo import SLO
+
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(2,), n=60)
+    _simulated_sweep(tmp_path, setup.model.scaled(3.0), setup, work, rng, rates=(2,), n=60, suffix="-run2")
+    for label, tput in (("rate-2", 100.0), ("rate-2-run2", 50.0)):
+        write_result(RunFiles(tmp_path, label), {"request_rate": 2, "completed": 60, "saturated": None,
+                                                 "p99_ttft_ms": 1.0, "output_throughput": tput})
+    (point,), frame = measured_points(tmp_path, SLO())
+    ttft = load_records(tmp_path)["ttft"].to_numpy()
+    assert point["runs"] == ["rate-2", "rate-2-run2"] and len(ttft) == 120
+    assert point["p99_ttft_ms"] == pytest.approx(np.percentile(ttft, 99) * 1000)
+    assert point["output_throughput"] == pytest.approx(75.0)
+
+
+def _foreign_calibration():
+    """benchmarks/foreign_calibration.py as a module (a script, not a package)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "foreign_calibration.py"
+    spec = importlib.util.spec_from_file_location("foreign_calibration", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
+    """The calibration subset matches whole file names: naming rate-1 must not bring rate-1.5's files, a rate
+    the benchmark then predicts, into the calibration."""
+    module = _foreign_calibration()
+    (tmp_path / "metadata.json").write_text("{}")
+    for label in ("rate-1", "rate-1.5", "rate-10", "rate-2.5"):
+        for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl"):
+            (tmp_path / f"{label}{suffix}").write_text("{}")
+    subset = module._only(tmp_path, ["rate-1", "rate-2.5"])
+    assert sorted(p.name for p in subset.iterdir()) == sorted(
+        ["metadata.json"] + [f"{label}{suffix}" for label in ("rate-1", "rate-2.5")
+                             for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl")])
+
+
+def test_foreign_calibration_pools_a_rates_runs_each_replayed_on_its_own(tmp_path):
+    """Blocks of one rate (rate-1, rate-1-run2) make one figure: the labels grouped by their rate, and each
+    block replayed on its own arrivals (both start at t = 0), the simulated requests then pooled."""
+    module = _foreign_calibration()
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(1, 2), n=60)
+    _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(1,), n=60, suffix="-run2")
+    from llmbench.results import load_results
+
+    results = {r["label"]: r for r in load_results(tmp_path)}
+    assert module._by_rate(results, ["rate-1", "rate-2", "rate-1-run2"]) == {
+        "rate-1": ["rate-1", "rate-1-run2"], "rate-2": ["rate-2"]}
+    ok = module._measured(tmp_path, ["rate-1", "rate-1-run2"])
+    pooled = module._replay(ok, setup.model, setup.shape)
+    alone = [simulate(run["scheduled"].to_numpy(), run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(),
+                      setup.model, setup.shape) for _, run in ok.groupby("label", sort=False)]
+    ttft = np.concatenate([r.ttft for r in alone])
+    assert pooled["p99_ttft_ms"] == pytest.approx(np.percentile(ttft, 99) * 1000)
+    as_one = simulate(ok["scheduled"].to_numpy(), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
+                      setup.model, setup.shape).summary()
+    assert pooled["p99_ttft_ms"] != pytest.approx(as_one["p99_ttft_ms"])
+    assert module._real(ok)["median_ttft_ms"] == pytest.approx(np.median(ok["ttft"]) * 1000)
+
+
+def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(tmp_path):
+    """A client that fell behind (7 sends held 1.6 s, then sent at once) sent the server a burst; TTFT is timed
+    from the send, so the replay must send that burst too, not the smooth schedule. Records without send times
+    replay the schedule."""
+    import pandas as pd
+
+    from llmbench.plan.workload import sent_times
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+
+    module = _foreign_calibration()
+    setup, _, rng = _catalog_setup()
+    scheduled = np.arange(40) * 0.25
+    sent = np.where((scheduled >= 2) & (scheduled < 3.75), 3.75, scheduled)
+    prompts, outputs = rng.integers(500, 2000, 40), rng.integers(20, 100, 40)
+    files = RunFiles(tmp_path, "rate-4")
+    writer = RecordWriter(files.records)
+    for i in range(40):
+        writer.write(RequestRecord(i, float(scheduled[i]), dispatched=float(sent[i]), start=float(sent[i]),
+                                   end=float(sent[i]) + 1, success=True, chunk_times=[sent[i] + 0.1, sent[i] + 1],
+                                   prompt_len=int(prompts[i]), output_tokens=int(outputs[i])))
+    writer.close()
+    write_result(files, {"request_rate": 4, "completed": 40, "saturated": None})
+    ok = module._measured(tmp_path, "rate-4")
+    assert list(sent_times(ok)) == list(sent)
+    got = module._replay(ok, setup.model, setup.shape)
+    want = simulate(sent, prompts, outputs, setup.model, setup.shape).summary()
+    smooth = simulate(scheduled, prompts, outputs, setup.model, setup.shape).summary()
+    assert got["p99_ttft_ms"] == pytest.approx(want["p99_ttft_ms"]) and got["p99_ttft_ms"] > smooth["p99_ttft_ms"]
+    unsent = pd.DataFrame({"scheduled": scheduled, "start": np.zeros(40)})
+    assert list(sent_times(unsent)) == list(scheduled)
+
+
+def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_path):
+    """A closed loop is predicted from its own requests in the order they were sent (as every open-loop rate
+    replays its own arrivals), not from a new draw of its lengths: the first `c` sent start together, so which
+    prompts they were sets the loop's P99 TTFT."""
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+
+    module = _foreign_calibration()
+    setup, _, rng = _catalog_setup()
+    prompts, outputs = rng.integers(50, 4000, 40), rng.integers(20, 300, 40)
+    sent = rng.permutation(40)  # record i was the sent[i]-th request sent
+    files = RunFiles(tmp_path, "rate-inf-c4")
+    writer = RecordWriter(files.records)
+    for i in range(40):
+        start = float(sent[i]) / 1000
+        writer.write(RequestRecord(i, 0.0, dispatched=start, start=start, end=start + 1, success=True,
+                                   chunk_times=[start + 0.1, start + 1], prompt_len=int(prompts[i]),
+                                   output_tokens=int(outputs[i])))
+    writer.close()
+    write_result(files, {"request_rate": "inf", "max_concurrency": 4, "completed": 40, "saturated": None})
+    got = module._replay(module._measured(tmp_path, "rate-inf-c4"), setup.model, setup.shape, concurrency=4)
+    order = np.argsort(sent)
+    want = simulate(None, prompts[order], outputs[order], setup.model, setup.shape, concurrency=4).summary()
+    as_listed = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=4).summary()
+    assert got["p99_ttft_ms"] == want["p99_ttft_ms"] and got["median_tpot_ms"] == want["median_tpot_ms"]
+    assert got["p99_ttft_ms"] != as_listed["p99_ttft_ms"]
