@@ -32,6 +32,21 @@ def test_a_path_much_faster_on_small_batches_is_packed_though_the_summed_time_sa
     onednn_linear._DECIDED.clear()
 
 
+
+def test_forcing_onednn_where_it_cannot_pack_keeps_f_linear(monkeypatch):
+    """`--cpu-linear onednn --dtype bfloat16` on an AVX2 EPYC: oneDNN refuses to pack bf16 there; the engine
+    must start on F.linear and say why, not crash at load (or leave half the layers packed)."""
+    def refuse(weight, bias):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    onednn_linear._DECIDED.clear()
+    model = nn.Sequential(nn.Linear(32, 96, bias=False), nn.Linear(96, 32, bias=False))
+    why = pack_model(model, force=True)
+    assert why.startswith("F.linear (oneDNN cannot pack") and "avx512bw" in why
+    assert all(type(layer) is nn.Linear for layer in model)
+    onednn_linear._DECIDED.clear()
+
 def test_time_ratios_is_the_geometric_mean_of_per_input_ratios(monkeypatch):
     monkeypatch.setattr(kernel_timing, "median_seconds", lambda fn, x: fn(x))
     mean, ratios = kernel_timing.time_ratios(lambda x: 1.0 * len(x), lambda x: 4.0 if len(x) == 1 else 1.0,

@@ -74,6 +74,10 @@ def pack_model(model: nn.Module, force: bool = False) -> str:
     faster, why = packed_is_faster(probe)
     if not faster and not force:
         return f"F.linear ({why})"
-    for parent, name, child in linears:
-        setattr(parent, name, OneDNNLinear(child))
+    try:
+        packed = [(parent, name, OneDNNLinear(child)) for parent, name, child in linears]
+    except (RuntimeError, NotImplementedError) as err:  # bf16 without AVX512BW or AVX-NE-CONVERT (an AVX2 EPYC)
+        return f"F.linear (oneDNN cannot pack these weights here: {str(err).splitlines()[0]})"
+    for parent, name, layer in packed:
+        setattr(parent, name, layer)
     return f"oneDNN packed ({why})"
