@@ -41,7 +41,8 @@ def test_every_batch_size_weighs_the_same_and_bf16_is_timed_on_the_path_it_would
 
     monkeypatch.setattr(cpu_dtype, "cpu_flags", lambda: {"avx512_bf16"})
     monkeypatch.setattr(kernel_timing, "median_seconds", clock)
-    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda w, b: w)  # AVX2 cannot pack bf16; never run
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda w, b: w)  # an AVX2 CPU cannot pack bf16
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, w, b, *_: torch.nn.functional.linear(x, w, b))
     cpu_dtype._DECIDED.clear()
     onednn_linear._DECIDED.clear()
     chosen, why = cpu_dtype.resolve("auto", torch.device("cpu"), 512, 1408)

@@ -77,21 +77,24 @@ def tiled_from(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> 
     """The shortest context from which `tiled` beats `sdpa` on this head shape and dtype (None: at no length),
     and the figures behind it. Tiled wins at long contexts, where its two GEMMs are large, and can lose on a short
     prompt, where it is a dozen small ops against one call; so the rule is the longest run of winning lengths
-    ending at the longest one timed."""
+    ending at the longest one timed, and lengths are timed from the longest down until one loses (bf16 on a CPU
+    without bf16 instructions: its matmuls are emulated, the 2,048-token tile alone takes ~0.9 s a call on an
+    AVX2 EPYC, and timing every length added 35 s to start-up for a choice the longest one settles)."""
     key = (heads, kv_heads, head_dim, dtype)
     if key not in _DECIDED:
-        inputs = [torch.randn(n, heads + 2 * kv_heads, head_dim, dtype=dtype) for n in LENGTHS]
         split = [heads, kv_heads, kv_heads]
         scale = head_dim**-0.5
-        with torch.inference_mode():
-            _, ratios = time_ratios(lambda x: tiled(*x.split(split, 1), scale),
-                                    lambda x: sdpa(*x.split(split, 1), scale), inputs)
-        start = None
-        for n, ratio in reversed(list(zip(LENGTHS, ratios, strict=True))):
+        start, timed = None, []
+        for n in reversed(LENGTHS):
+            x = torch.randn(n, heads + 2 * kv_heads, head_dim, dtype=dtype)
+            with torch.inference_mode():
+                ratio, _ = time_ratios(lambda x: tiled(*x.split(split, 1), scale),
+                                       lambda x: sdpa(*x.split(split, 1), scale), [x])
+            timed.insert(0, (n, ratio))
             if ratio >= 1:
                 break
             start = n
-        _DECIDED[key] = (start, f"tiled takes {' / '.join(f'{r:.2f}' for r in ratios)}x SDPA's time at "
-                         f"{' / '.join(map(str, LENGTHS))} tokens ({heads} heads / {kv_heads} KV heads of {head_dim}, "
-                         f"{str(dtype).removeprefix('torch.')}, medians)")
+        _DECIDED[key] = (start, f"tiled takes {' / '.join(f'{r:.2f}' for _, r in timed)}x SDPA's time at "
+                         f"{' / '.join(str(n) for n, _ in timed)} tokens ({heads} heads / {kv_heads} KV heads of "
+                         f"{head_dim}, {str(dtype).removeprefix('torch.')}, medians)")
     return _DECIDED[key]
