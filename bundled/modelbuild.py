@@ -9,6 +9,7 @@ deterministically: the same seed gives byte-identical files. It is a real Huggin
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -167,12 +168,33 @@ def build_model(size: str = DEFAULT_SIZE, out: Path | str | None = None, force: 
     if size not in SIZES and size not in DRAFTS:
         raise ValueError(f"unknown model size {size!r}; choose one of {', '.join([*SIZES, *DRAFTS])}")
     out = Path(out) if out is not None else default_model_dir(size)
-    if (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file() and not force \
-            and _shape_matches(out, size):
+    if _built(out, size) and not force:
         return out
-    if size in DRAFTS:
-        target, keep = DRAFTS[size]
-        return build_layer_skip_draft(build_model(target), out, keep)
+    with _building(out):
+        if _built(out, size) and not force:  # another process built it while this one waited
+            return out
+        if size in DRAFTS:
+            target, keep = DRAFTS[size]
+            return build_layer_skip_draft(build_model(target), out, keep)
+        _build(size, out)
+    return out
+
+
+def _built(out: Path, size: str) -> bool:
+    return (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file() and _shape_matches(out, size)
+
+
+@contextlib.contextmanager
+def _building(out: Path) -> Iterator[None]:
+    """One builder of a folder at a time across processes (test workers, two servers started together): a second
+    one replacing the folder would pull it from under the first one's loader. flock is released if a builder dies."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(size: str, out: Path) -> None:
     from safetensors.torch import save_file
 
     with _staged(out) as tmp:
@@ -189,7 +211,6 @@ def build_model(size: str = DEFAULT_SIZE, out: Path | str | None = None, force: 
             },
         )
         save_file(random_weights(config), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    return out
 
 
 @contextlib.contextmanager
@@ -242,13 +263,13 @@ def build_layer_skip_draft(source: Path, out: Path, keep_layers: int) -> Path:
 def _tokenizer_into(folder: Path) -> None:
     """Every size shares one tokenizer, trained once and copied from the cache."""
     cached = llmbench_home() / "tokenizer"
-    if not (cached / "tokenizer.json").is_file():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=cached.parent))
-        build_tokenizer(tmp)
-        if not cached.exists():
-            tmp.rename(cached)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with _building(cached):
+        if not (cached / "tokenizer.json").is_file():
+            tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=cached.parent))
+            build_tokenizer(tmp)
+            if not cached.exists():
+                tmp.rename(cached)
+            shutil.rmtree(tmp, ignore_errors=True)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copyfile(cached / name, folder / name)
 

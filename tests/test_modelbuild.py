@@ -70,3 +70,22 @@ def test_a_cached_build_of_an_older_shape_is_rebuilt(tmp_path, tiny_model):
     rebuilt = json.loads((build_model("tiny", old) / "config.json").read_text())
     assert rebuilt["num_attention_heads"] == SIZES["tiny"].num_attention_heads == 2
     assert rebuilt["hidden_size"] // rebuilt["num_attention_heads"] >= 32
+
+
+def test_builders_started_together_build_once(tmp_path, tiny_model, monkeypatch):
+    """Two test workers (or two servers) asking for the same model at once: the second waits for the first's
+    build and reuses it, instead of replacing the folder under the first one's loader."""
+    import threading
+
+    from bundled import modelbuild
+
+    builds, real = [], modelbuild._build
+    monkeypatch.setattr(modelbuild, "_build", lambda size, out: builds.append(size) or real(size, out))
+    out = tmp_path / "llmbench-tiny"
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(build_model("tiny", out))) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert builds == ["tiny"] and got == [out] * 3 and _digests(out) == _digests(tiny_model)
