@@ -11,6 +11,8 @@ _HOME = Path(os.environ.get("LLMBENCH_TEST_HOME", "/tmp/llmbench-test-home"))
 os.environ["LLMBENCH_HOME"] = str(_HOME)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker a core: two workers of two OpenMP threads spin on each other
+    os.environ["OMP_NUM_THREADS"] = "1"
 if not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU, interpreted
 
