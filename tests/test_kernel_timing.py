@@ -32,7 +32,6 @@ def test_a_path_much_faster_on_small_batches_is_packed_though_the_summed_time_sa
     onednn_linear._DECIDED.clear()
 
 
-
 def test_forcing_onednn_where_it_cannot_pack_keeps_f_linear(monkeypatch):
     """`--cpu-linear onednn --dtype bfloat16` on an AVX2 EPYC: oneDNN refuses to pack bf16 there; the engine
     must start on F.linear and say why, not crash at load (or leave half the layers packed)."""

@@ -78,7 +78,7 @@ def tiled_from(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> 
     and the figures behind it. Tiled wins at long contexts, where its two GEMMs are large, and can lose on a short
     prompt, where it is a dozen small ops against one call; so the rule is the longest run of winning lengths
     ending at the longest one timed, and lengths are timed from the longest down until one loses (bf16 on a CPU
-    without bf16 instructions: its matmuls are emulated, the 2,048-token tile alone takes ~0.9 s a call on an
+    without bf16 instructions: its matmuls are emulated, the 2,048-token tiles alone take 3.4 s a call on an
     AVX2 EPYC, and timing every length added 35 s to start-up for a choice the longest one settles)."""
     key = (heads, kv_heads, head_dim, dtype)
     if key not in _DECIDED:

@@ -12,16 +12,8 @@ import torch
 def median_seconds(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, calls: int = 7) -> float:
     """Median of `calls` calls after a warm-up: one page fault or a neighbour's burst on a shared machine must
     not decide the path (a mean of five once sent a whole run down a 2x slower one)."""
-    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     fn(x)
-    times = []
-    for _ in range(calls):
-        sync()
-        t0 = time.perf_counter()
-        fn(x)
-        sync()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[calls // 2]
+    return sorted(_one_call(fn, x) for _ in range(calls))[calls // 2]
 
 
 def time_ratios(candidate: Callable[[torch.Tensor], torch.Tensor], baseline: Callable[[torch.Tensor], torch.Tensor],
