@@ -211,17 +211,19 @@ def test_fp8_kv_scales_come_from_the_checkpoint(tiny_model, tmp_path):
 
 def test_quality_on_the_small_model(small_model, tmp_path):
     """Perplexity on held-out ShareGPT relative to fp32: bf16 (what --dtype auto takes on an AMX CPU) and int8
-    < +1 %, int4 AWQ < +5 % (RTN's rise is in benchmarks/quantization.py)."""
+    < +1 %, int4 AWQ < +5 % (RTN's rise is in benchmarks/quantization.py). AWQ calibrates on four 256-token
+    samples (its scale search took 41 s of one core on eight) and bf16 is scored on half the windows (emulated on
+    an AVX2 CPU: 15 s on all eight), each against fp32 on the same windows."""
     small = {"kv_cache_memory": KV, "max_model_len": 512}
     base = LLM(small_model, **small, dtype="float32")
     windows = heldout_windows(base.tokenizer, 8, 256)
-    p0, _ = score(base, windows)
-    awq = quantize_checkpoint(small_model, tmp_path / "awq", "awq", num_samples=8, seq_len=256)
+    awq = quantize_checkpoint(small_model, tmp_path / "awq", "awq", num_samples=4, seq_len=256)
+    fp32 = {n: score(base, windows[:n])[0] for n in (4, 8)}
     rises = {}
-    for name, folder, kw in (("int8", small_model, {"quantization": "int8"}), ("awq", awq, {}),
-                             ("bf16", small_model, {"dtype": "bfloat16"})):
-        p, _ = score(LLM(folder, **small, **kw), windows)
-        rises[name] = p / p0 - 1
+    for name, folder, kw, n in (("int8", small_model, {"quantization": "int8"}, 8), ("awq", awq, {}, 8),
+                                ("bf16", small_model, {"dtype": "bfloat16"}, 4)):
+        p, _ = score(LLM(folder, **small, **kw), windows[:n])
+        rises[name] = p / fp32[n] - 1
     print("perplexity rise vs fp32:", {k: f"{v:+.2%}" for k, v in rises.items()})
     assert rises["int8"] < 0.01 and rises["awq"] < 0.05 and abs(rises["bf16"]) < 0.01
 
