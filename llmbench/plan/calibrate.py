@@ -116,8 +116,11 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     def tpot(model: RooflineModel, which=runs) -> float:
         return float(np.median(np.concatenate([res.tpot for _, res in replay(model, which)])))
 
-    def bisect(grows_past, low: float, high: float, steps: int = 24) -> float:
-        for _ in range(steps):  # in log space, to 0.5 % after 24 halvings of SCALE_RANGE
+    def bisect(grows_past, low: float, high: float, within: float = 1e-3) -> float:
+        """In log space until the bracket is `within` wide: 14 halvings of SCALE_RANGE, each a replay of every
+        run. A fixed 24 went on to a millionth, far inside the runs' own noise: stopping at 0.1 % took Z6's
+        evaluation (benchmarks/README.md) from 154 to 117 s and the calibration tests from 135 to 100 s."""
+        while high > low * (1 + within):
             mid = (low * high) ** 0.5
             low, high = (mid, high) if not grows_past(mid) else (low, mid)
         return (low * high) ** 0.5
@@ -150,11 +153,11 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
         if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
             prefill = bisect(*bracket(lambda x, s=scale, q=per_seq: _ttft_slope(
                 list(replay(_fitted(roof, s, x, q), runs[:1])), simulated=True) >= slope, prefill, PREFILL_RANGE),
-                steps=8)
+                within=3e-3)
         if rises:
             if tpot(_fitted(roof, scale, prefill, SEQ_RANGE[0]), highest) < high_tpot:
                 per_seq = bisect(lambda x, s=scale, p=prefill: tpot(_fitted(roof, s, p, x), highest) >= high_tpot,
-                                 *SEQ_RANGE, steps=16)
+                                 *SEQ_RANGE)
             else:
                 per_seq = 0.0
             scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q), lowest) >= low_tpot,
