@@ -92,7 +92,7 @@ def run_engine(model_dir: Path, reqs, name: str = "", torch_reductions: bool = F
 
 def _run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
     config = {"kv_cache_memory": 4 * 2**30, **config}
-    llm = LLM(model_dir, max_model_len=2048, **config)
+    llm = LLM(model_dir, max_model_len=2048, stats_window=1_000_000, **config)
     print(f"engine {config}: linears {llm.runner.linear_path.split(' (')[0]}, decode attention "
           f"{llm.runner.decode_attention}, prefill attention {llm.runner.prefill_attention}, CUDA graphs "
           f"{llm.runner.graphs is not None}", flush=True)
@@ -107,10 +107,38 @@ def _run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
     device = llm.stats.totals["device_seconds"] - before["device_seconds"]
     decode = [s for s in llm.stats.steps if s.num_prefill_tokens == 0 and s.num_seqs >= 0.9 * min(len(reqs), 256)]
     STEP_FIGURES[name] = {"steps": steps, "host_ms_per_step": (elapsed - device) / max(steps, 1) * 1e3,
-                          "busy": device / elapsed,
+                          "busy": device / elapsed, "fixed_s": fixed_step_seconds(
+                              [s for s in llm.stats.steps if s.index >= before["steps"]]),
                           "host_ms_full_decode": 1e3 * sum(s.step_seconds - s.device_seconds for s in decode)
                           / max(len(decode), 1) if decode else None}
     return elapsed
+
+
+def fixed_step_seconds(steps: list) -> float | None:
+    """What a decode step costs whatever its batch: the intercept of a least-squares fit of the run's decode
+    step times on sequences and context tokens (reading the weights, per-layer work), or None with too few steps."""
+    import numpy as np
+
+    decode = [s for s in steps if s.num_prefill_tokens == 0]
+    if len(decode) < 10:
+        return None
+    x = np.array([[1.0, s.num_seqs, s.num_context_tokens] for s in decode])
+    return float(np.linalg.lstsq(x, np.array([s.step_seconds for s in decode]), rcond=None)[0][0])
+
+
+def why_static(cont: dict, static: dict, cont_seconds: float, ideal_seconds: float | None) -> str:
+    """Both modes do the same tokens' work; static batching takes more steps, each with the fixed cost on top,
+    so the extra steps times that cost predict the ratio; with the work itself at the matmul ceiling
+    (`ideal_seconds`) the same extra steps bound it."""
+    fixed = cont["fixed_s"]
+    extra = (static["steps"] - cont["steps"]) * fixed
+    line = (f"  why: static took {static['steps']:,} steps to continuous's {cont['steps']:,}; a decode step costs "
+            f"{fixed * 1e3:.1f} ms whatever its batch (intercept of a fit over continuous's decode steps), so the "
+            f"extra steps predict {1 + extra / cont_seconds:.2f}×")
+    if ideal_seconds:
+        line += (f"; with every FLOP at the matmul ceiling it could be at most "
+                 f"{1 + extra / (cont['steps'] * fixed + ideal_seconds):.2f}×")
+    return line
 
 
 def run_transformers(model_dir: Path, reqs, batch_size: int, device: str = "cpu", dtype: str = "float32") -> float:
@@ -313,10 +341,10 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
     cont = runs["engine continuous"]
     print(f"\n--dtype {dtype}" + (f" (medians of {repeats} alternating runs of every system)" if repeats > 1 else ""))
     print(f"{'system':<40}{'seconds':>9}{'output tok/s':>14}{'total tok/s':>13}{'continuous ×':>14}"
-          f"{'host ms/step':>14}{'busy':>7}")
+          f"{'host ms/step':>14}{'busy':>7}{'steps':>8}")
     for name, t in runs.items():
         step = STEP_FIGURES.get(name)
-        extra = f"{step['host_ms_per_step']:>14.2f}{step['busy']:>7.0%}" if step else ""
+        extra = f"{step['host_ms_per_step']:>14.2f}{step['busy']:>7.0%}{step['steps']:>8,}" if step else ""
         print(f"{name:<40}{t:>9.1f}{n_out / t:>14.0f}{(n_in + n_out) / t:>13.0f}{t / cont:>14.2f}{extra}")
     for name, step in STEP_FIGURES.items():
         if step["host_ms_full_decode"] is not None:
@@ -337,6 +365,9 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
             by_run = [s / c for c, s in zip(pairs["engine continuous"], others[name], strict=True)]
             print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 1.5)"
                   + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
+            c_step, s_step = STEP_FIGURES["engine continuous"], STEP_FIGURES.get(name)
+            if s_step and c_step["fixed_s"] and c_step["fixed_s"] > 0:
+                print(why_static(c_step, s_step, cont, flops(model_dir, reqs) / ceiling if ceiling else None))
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
     for name, what in (("engine continuous, SDPA prefill", "prefill attention as chosen at load / SDPA"),

@@ -152,7 +152,7 @@ def run(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, s
 
 
 ROW = re.compile(r"^(engine .+?|transformers generate \(batch \d+\))\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
-                 r"(?:\s+([\d.]+)\s+(\d+)%)?\s*$", re.M)
+                 r"(?:\s+([\d.]+)\s+(\d+)%(?:\s+[\d,]+)?)?\s*$", re.M)  # then the steps
 
 
 def engine_throughput(device: str, dry: bool, home: str, budget: float) -> dict:

@@ -26,8 +26,8 @@ DENSE = {"latency": (-0.7, 0.4), "p99": (-0.8, 0.45), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.35, 0.8), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.1, 0.15), "latency": (-0.25, 0.1)},
-    "MoE": {**DENSE, "throughput": (-0.1, 1.15), "latency": (-0.85, 0.25), "p99": (-0.85, 0.25)},
-    "near saturation": {"latency": (-0.8, 4.95), "p99": (-0.8, 6.8)},
+    "MoE": {**DENSE, "throughput": (-0.1, 1.15), "latency": (-0.8, 0.25), "p99": (-0.85, 0.25)},
+    "near saturation": {"latency": (-0.75, 23.6), "p99": (-0.75, 20.7)},
 }
 NOTES = {
     "dense, TP <= 2": "throughput, latency and P99 bands from two held-out sources (the vLLM 0.14 sweep and "

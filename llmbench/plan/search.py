@@ -22,6 +22,7 @@ class SimSetup:
     seeds: tuple[int, ...] = (0, 1, 2)
     requests: int = 600
     exact: bool = False  # `requests` is the run asked about (--num-prompts): simulate that many, ramp and drain
+    warm_up: int = 0  # requests sent before those measured at a rate, left out of its figures (tail term `steady state`)
 
     def count(self, rate: float | None = None, concurrency: int | None = None) -> int:
         """Requests to simulate: the number asked for, else enough for a steady state (a queue needs time to
@@ -51,17 +52,19 @@ def _merge(results: list[SimResult], slo: SLO | None) -> dict:
 
 
 def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[int, ...] | None = None) -> dict:
-    """Poisson arrivals at `rate` req/s: percentiles averaged over seeds, attainment of `slo`."""
+    """Poisson arrivals at `rate` req/s: percentiles averaged over seeds, attainment of `slo`; the first
+    `setup.warm_up` requests are sent but not measured."""
     results = []
     n = setup.count(rate=rate)
+    sent = n + setup.warm_up
     for seed in seeds or setup.seeds:
         rng = np.random.default_rng(seed)
-        prompts, outputs = setup.work.sample(n, rng)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+        prompts, outputs = setup.work.sample(sent, rng)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, sent))
         res = simulate(arrivals, prompts, outputs, setup.model, setup.shape)
-        if len(res.ttft) < n:
+        if len(res.ttft) < sent:
             raise ValueError(f"the simulation did not finish all requests at {rate:g} req/s")
-        results.append(res)
+        results.append(res.without_first(setup.warm_up) if setup.warm_up else res)
     return _merge(results, slo) | {"rate": rate, "simulated_requests": n}
 
 
