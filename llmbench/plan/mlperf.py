@@ -14,10 +14,10 @@ once); Server and Interactive (Poisson arrivals at `target_qps`): P99 and mean T
 the rate itself read as a P99-constrained capacity (submitters raise `target_qps` until LoadGen's P99 bounds
 fail; LIMITS). Tail term `steady state`: LoadGen's Server run lasts at least ten minutes, so its percentiles are a
 steady state's; the simulated run sends a warm-up first (`warm_up`) and measures the requests after it, not every
-request from an idle start, while the batch, and with it every step, is still growing. Lengths: the benchmark's own dataset (data/), outputs rescaled to the tokens per sample the run
-reports (the model's answers are longer than the dataset's references). Left out: FP4 systems (B200, GB200:
-the planner has no FP4 compute), power-capped (MaxQ), CTS and Triton variants, and engines the planner has no
-profile for (LLMBoost, Intel's).
+request from an idle start, while the batch, and with it every step, is still growing. Lengths: the benchmark's
+own dataset (data/), outputs rescaled to the tokens per sample the run reports (the model's answers are longer
+than the dataset's references). Left out: FP4 systems (B200, GB200: the planner has no FP4 compute), power-capped
+(MaxQ), CTS and Triton variants, and engines the planner has no profile for (LLMBoost, Intel's).
 
 Row fields: round, benchmark, submitter, system, GPU, GPUs, TP, engine, weight/KV dtype, output tokens per
 sample, Offline tok/s, Offline engine settings, Server (target_qps, P99 TTFT, P99 TPOT, mean TTFT, mean TPOT,
@@ -242,9 +242,9 @@ def predict(case, setup) -> dict:
 def warm_up(rate: float, measured: int) -> int:
     """Tail term `steady state`: requests sent before the measured ones, the first WARM_UP_SECONDS of arrivals
     and at least as many as are measured: a replica under load relaxes over several E2E times. On five tuning
-    systems (Llama-2-70B and Mixtral, 8.6-44 req/s a replica) the mean TPOT of 2,000 measured requests rose
-    11-21 % with 1,000 sent before them and 7-8 % more with 2,000; 6,000 measured after 6,000 moved under 6 %
-    from 4,000 after 2,000 (P99s under 10 %)."""
+    systems (Llama-2-70B and Mixtral, 8.6-52 req/s a replica) the mean TPOT of 2,000 measured requests rose
+    11-16 % with 2,000 sent before them (4-8 % with 1,000); on four, 6,000 measured after 6,000 moved the means
+    under 6 % (P99s under 10 %) from 4,000 measured after 2,000."""
     return max(measured, int(rate * WARM_UP_SECONDS))
 
 
