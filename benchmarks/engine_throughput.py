@@ -349,7 +349,8 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
     for name, step in STEP_FIGURES.items():
         if step["host_ms_full_decode"] is not None:
             print(f"{name}: host time per decode step with a full batch {step['host_ms_full_decode']:.2f} ms")
-    achieved = flops(model_dir, reqs) / cont
+    work = flops(model_dir, reqs)
+    achieved = work / cont
     ceilings = {d: max(r) for d, r in readings.items()}
     if ceilings:
         print(f"matmul ceilings (2048³, best of {repeats} reading{'s' * (repeats > 1)}, one per round): "
@@ -367,7 +368,7 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
                   + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
             c_step, s_step = STEP_FIGURES["engine continuous"], STEP_FIGURES.get(name)
             if s_step and c_step["fixed_s"] and c_step["fixed_s"] > 0:
-                print(why_static(c_step, s_step, cont, flops(model_dir, reqs) / ceiling if ceiling else None))
+                print(why_static(c_step, s_step, cont, work / ceiling if ceiling else None))
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
     for name, what in (("engine continuous, SDPA prefill", "prefill attention as chosen at load / SDPA"),

@@ -2,7 +2,6 @@
 rate taken together, and benchmarks/foreign_calibration.py's replay of the rates it predicts."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,21 +187,10 @@ def test_plan_quotes_a_repeated_rate_from_all_its_runs(tmp_path):
     assert point["output_throughput"] == pytest.approx(75.0)
 
 
-def _foreign_calibration():
-    """benchmarks/foreign_calibration.py as a module (a script, not a package)."""
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "foreign_calibration.py"
-    spec = importlib.util.spec_from_file_location("foreign_calibration", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
+def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path, benchmark_script):
     """The calibration subset matches whole file names: naming rate-1 must not bring rate-1.5's files, a rate
     the benchmark then predicts, into the calibration."""
-    module = _foreign_calibration()
+    module = benchmark_script("foreign_calibration")
     (tmp_path / "metadata.json").write_text("{}")
     for label in ("rate-1", "rate-1.5", "rate-10", "rate-2.5"):
         for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl"):
@@ -213,10 +201,10 @@ def test_foreign_calibration_subset_takes_exactly_the_named_rates(tmp_path):
                              for suffix in (".json", ".records.jsonl", ".server_metrics.jsonl")])
 
 
-def test_foreign_calibration_pools_a_rates_runs_each_replayed_on_its_own(tmp_path):
+def test_foreign_calibration_pools_a_rates_runs_each_replayed_on_its_own(tmp_path, benchmark_script):
     """Blocks of one rate (rate-1, rate-1-run2) make one figure: the labels grouped by their rate, and each
     block replayed on its own arrivals (both start at t = 0), the simulated requests then pooled."""
-    module = _foreign_calibration()
+    module = benchmark_script("foreign_calibration")
     setup, work, rng = _catalog_setup()
     _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(1, 2), n=60)
     _simulated_sweep(tmp_path, setup.model, setup, work, rng, rates=(1,), n=60, suffix="-run2")
@@ -237,7 +225,7 @@ def test_foreign_calibration_pools_a_rates_runs_each_replayed_on_its_own(tmp_pat
     assert module._real(ok)["median_ttft_ms"] == pytest.approx(np.median(ok["ttft"]) * 1000)
 
 
-def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(tmp_path):
+def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(tmp_path, benchmark_script):
     """A client that fell behind (7 sends held 1.6 s, then sent at once) sent the server a burst; TTFT is timed
     from the send, so the replay must send that burst too, not the smooth schedule. Records without send times
     replay the schedule."""
@@ -247,7 +235,7 @@ def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(t
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
-    module = _foreign_calibration()
+    module = benchmark_script("foreign_calibration")
     setup, _, rng = _catalog_setup()
     scheduled = np.arange(40) * 0.25
     sent = np.where((scheduled >= 2) & (scheduled < 3.75), 3.75, scheduled)
@@ -270,14 +258,14 @@ def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(t
     assert list(sent_times(unsent)) == list(scheduled)
 
 
-def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_path):
+def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_path, benchmark_script):
     """A closed loop is predicted from its own requests in the order they were sent (as every open-loop rate
     replays its own arrivals), not from a new draw of its lengths: the first `c` sent start together, so which
     prompts they were sets the loop's P99 TTFT."""
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
-    module = _foreign_calibration()
+    module = benchmark_script("foreign_calibration")
     setup, _, rng = _catalog_setup()
     prompts, outputs = rng.integers(50, 4000, 40), rng.integers(20, 300, 40)
     sent = rng.permutation(40)  # record i was the sent[i]-th request sent
