@@ -48,8 +48,10 @@ def test_vllm_defaults_follow_the_version_and_the_gpu():
     assert "V0" in old.defaults and "V1" in engines.profile("vllm@0.11", h100).defaults
     with pytest.raises(KeyError, match="bad vLLM version"):
         engines.profile("vllm@new")
-    with pytest.raises(KeyError, match="for vLLM only"):
-        engines.profile("sglang@0.4")
+    sglang = engines.profile("sglang@0.4")
+    assert sglang.max_num_seqs == engines.PROFILES["sglang"].max_num_seqs and "sglang 0.4" in sglang.defaults
+    with pytest.raises(KeyError, match="unknown engine 'tgi'"):
+        engines.profile("tgi@2.0")
 
 
 def test_vllm_activation_memory_is_the_samplers_not_every_token():

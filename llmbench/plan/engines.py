@@ -104,8 +104,9 @@ def profile(name: str, gpu=None, max_model_len: int | None = None) -> EngineProf
     if base not in PROFILES:
         raise KeyError(f"unknown engine {base!r}; known: {', '.join(PROFILES)} (vllm@VERSION for an older vLLM)")
     if base != "vllm":
-        if version:
-            raise KeyError(f"engine versions are modelled for vLLM only, not {base!r}")
+        if version:  # a published setup names its version; only vLLM's defaults change with it
+            return replace(PROFILES[base], defaults=f"{base} {version}: the {base} profile, the same for every "
+                                                    "version (only vLLM's defaults are modelled per version)")
         return PROFILES[base]
     return replace(PROFILES[base], **vllm_defaults(_version(version) if version else LATEST_VLLM, gpu, max_model_len))
 
