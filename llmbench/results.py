@@ -37,7 +37,7 @@ SUMMARY_KEYS = ["label", "request_rate", "achieved_rate", "completed", "failed",
                 "request_goodput", "slo_attainment", "kept_up", "output_throughput", "total_token_throughput", "mean_ttft_ms",
                 "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms",
                 "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms", "p99_send_lag_ms",
-                "client_overloaded", "saturated", "interrupted"]
+                "max_client_stall_ms", "client_overloaded", "saturated", "interrupted"]
 SPEC_KEYS = ["spec_draft_tokens", "spec_accepted_tokens", "spec_acceptance_rate"]
 
 

@@ -14,7 +14,7 @@ import aiohttp
 import numpy as np
 import uvloop
 
-from llmbench import client, metrics
+from llmbench import client, client_stalls, metrics
 from llmbench.datasets import Request
 from llmbench.records import RecordWriter, RequestRecord
 from llmbench.results import RunFiles
@@ -106,6 +106,8 @@ class Run:
             if cfg.warmup:
                 await self._warmup()
             self.t0 = time.perf_counter()
+            watch = client_stalls.Watch(self.t0)
+            watch.start()
             scraper = None
             if cfg.scrape:
                 scraper = Scraper(session, cfg.base_url.rstrip("/"), self.files.server_metrics if self.files else None,
@@ -140,6 +142,7 @@ class Run:
                     self._report()
                 if self.writer:
                     self.writer.close()
+                await watch.stop()
         measured = sum(1 for r in self.records if not r.warmup and not r.interrupted)
         if self.target_down.is_set():
             self.notes.append(f"the target stopped answering ({DEAD_TARGET_FAILURES} connection failures in a row); "
@@ -152,6 +155,10 @@ class Run:
         result = metrics.compute(self.records, duration, cfg.percentiles, cfg.goodput, cfg.rate)
         if "window_note" in result:
             self.notes.append(result.pop("window_note"))
+        stalls, stall_note = client_stalls.summary(self.records, watch.stalls)
+        result |= stalls
+        if stall_note:
+            self.notes.append(stall_note)
         if scraper:
             result |= spec_decode_summary(scraper.points)
             self.notes += scraper.notes

@@ -47,3 +47,32 @@ def test_measured_latencies_match_the_servers_schedule(scripted, tmp_path):
     assert m["median_ttft_ms"] >= TTFT_MS and m["median_itl_ms"] >= ITL_MS - 1
     lines = (tmp_path / "run.records.jsonl").read_text().splitlines()
     assert len(lines) == n
+
+
+def test_a_stall_of_the_client_itself_is_measured_and_said(scripted, tmp_path):
+    """The client's loop blocked for 0.6 s mid-run (as a server computing on the same cores can starve it): the
+    stall is recorded with its interval, the requests in flight then are counted, and a note says their timings
+    carry the client's wait; without the watch the stall would read as a 0.6 s gap in the server's stream."""
+    import time
+
+    server = scripted("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
+    n, rate, block = 40, 20.0, 0.6
+    requests = [Request(f"req-{i}", 1, TOKENS) for i in range(n)]
+    calls = []
+
+    def on_progress(progress) -> None:
+        calls.append(progress.elapsed)
+        if len(calls) == 2:
+            time.sleep(block)
+
+    cfg = RunConfig(base_url=server.url, model="scripted", rate=rate, scrape=False)
+    result = execute(cfg, requests, arrivals.schedule(n, rate, 1.0, seed=0), RunFiles(tmp_path, "run"), on_progress)
+    m = result.metrics
+    assert m["completed"] == n
+    assert m["client_stalls"] >= 1 and m["max_client_stall_ms"] >= 0.9 * block * 1000
+    start, end = max(m["client_stall_intervals"], key=lambda s: s[1] - s[0])
+    assert start <= calls[1] + 0.05 and end >= calls[1] + 0.9 * block
+    hit = [r for r in result.records if r.start < end and r.end > start]
+    assert hit and m["requests_in_client_stalls"] >= len(hit)
+    assert max(max(r.itl, default=0.0) for r in hit) >= 0.9 * block - ITL_MS / 1000  # the wait the note warns of
+    assert any(note.startswith("the client itself stalled") for note in result.notes)

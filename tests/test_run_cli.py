@@ -28,7 +28,7 @@ def test_run_writes_results(scripted, tmp_path, tiny_model):
     for key in ("date", "backend", "model_id", "request_rate", "burstiness", "completed", "failed",
                 "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
                 "max_output_tokens_per_s", "max_concurrent_requests", "p99_ttft_ms", "median_tpot_ms",
-                "p99_itl_ms", "mean_e2el_ms", "achieved_rate", "p99_send_lag_ms"):
+                "p99_itl_ms", "mean_e2el_ms", "achieved_rate", "p99_send_lag_ms", "client_stalls", "max_client_stall_ms"):
         assert key in data, key
     assert data["completed"] == 30 and data["model_id"] == "scripted" and data["request_goodput"] > 0
     records = read_records(out / "rate-20.records.jsonl")

