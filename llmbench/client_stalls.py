@@ -8,7 +8,7 @@ stopped for 2.4 s while the server prefilled a 1,014-token prompt, two sends wen
 one stream in flight showed a 2.4 s gap.
 
 `Watch` wakes every TICK seconds and records each wake-up later than STALL as an interval; `summary` counts the
-stalls and the measured requests in flight during one, and says so in a note.
+stalls and the measured requests in flight during one, and says in a note which figures those requests set.
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ import asyncio
 import contextlib
 import time
 
+import numpy as np
+
+from llmbench.metrics import meets, pct_name, tpot
 from llmbench.records import RequestRecord
+from llmbench.steady_state import MATERIAL_MS, MATERIAL_SHARE
 
 TICK = 0.01  # seconds between the watch's wake-ups
 STALL = 0.1  # a wake-up this much later than asked for is a stall: several ITLs of any server
+ATTAINMENT_POINTS = 0.005  # SLO attainment this much higher without the stalled requests is said
 
 
 class Watch:
@@ -56,17 +61,45 @@ def spanning(records: list[RequestRecord], stalls: list[tuple[float, float]]) ->
     return [r for r in records if not r.warmup and any(r.start < end and r.end > start for start, end in stalls)]
 
 
-def summary(records: list[RequestRecord], stalls: list[tuple[float, float]]) -> tuple[dict, str | None]:
-    """The stall figures for the result, and a note when a stall touched a measured request."""
+FIGURES = {"TTFT": lambda rs: [r.ttft for r in rs], "TPOT": lambda rs: [t for r in rs if (t := tpot(r))],
+           "ITL": lambda rs: [gap for r in rs for gap in r.itl], "E2E": lambda rs: [r.latency for r in rs]}
+
+
+def summary(records: list[RequestRecord], stalls: list[tuple[float, float]], percentiles: tuple[float, ...],
+            slos: dict[str, float] | None = None) -> tuple[dict, str | None]:
+    """The stall figures for the result, and a note when the requests a stall touched move a top percentile
+    (or the SLO attainment) materially, as steady_state judges the scheduled send: each figure with and without
+    them, so what the client's wait set is never read as the server's."""
     hit = spanning(records, stalls)
     lengths = [end - start for start, end in stalls]
     out = {"client_stalls": len(stalls), "client_stall_seconds": sum(lengths),
            "max_client_stall_ms": max(lengths, default=0.0) * 1000, "requests_in_client_stalls": len(hit),
-           "client_stall_intervals": [[round(s, 4), round(e, 4)] for s, e in stalls]}
-    if not hit:
+           "client_stall_intervals": [[round(s, 4), round(e, 4)] for s, e in stalls], "client_stall_material": False}
+    measured = [r for r in records if not r.warmup and not r.interrupted]
+    touched = {id(r) for r in hit}
+    ok = [r for r in measured if r.success]
+    clean = [r for r in ok if id(r) not in touched]
+    if not hit or not clean:
         return out, None
+    p = max(percentiles)
+    moved = []
+    for name, values in FIGURES.items():
+        with_them, without = values(ok), values(clean)
+        if with_them and without:
+            a, b = (float(np.percentile(v, p)) * 1000 for v in (with_them, without))
+            if a > max(b * (1 + MATERIAL_SHARE), b + MATERIAL_MS):
+                moved.append(f"P{pct_name(p)} {name} {a:,.0f} ms with them, {b:,.0f} ms without")
+    if slos:
+        a = sum(meets(r, slos) for r in ok) / len(measured)
+        b = sum(meets(r, slos) for r in clean) / (len(measured) - sum(id(r) in touched for r in measured))
+        if b - a >= ATTAINMENT_POINTS:
+            moved.append(f"SLO met by {a:.1%} with them, {b:.1%} without")
+    if not moved:
+        return out, None
+    out["client_stall_material"] = True
     worst = max(stalls, key=lambda s: s[1] - s[0])
     return out, (f"the client itself stalled {len(stalls)} time(s) for {sum(lengths):.1f} s in all, the longest "
                  f"{(worst[1] - worst[0]) * 1000:,.0f} ms from {worst[0]:.1f} s (its loop was blocked or its process "
-                 f"got no CPU: on a machine shared with the server, give each its own cores); {len(hit)} measured "
-                 "request(s) in flight then carry that wait in their TTFT, ITL and E2E (client_stall_intervals)")
+                 f"got no CPU: on a machine shared with the server, give each its own cores); the {len(hit)} "
+                 "request(s) in flight then were timed through it (a chunk that came during it was read when it "
+                 f"ended), and they set: {'; '.join(moved)}")

@@ -102,7 +102,7 @@ def compute(records: list[RequestRecord], duration: float | None = None,
         "max_concurrent_requests": max_concurrent_requests(ok),
     }
     if goodput:
-        good = sum(1 for r in ok if _meets(r, goodput))
+        good = sum(1 for r in ok if meets(r, goodput))
         result["request_goodput"] = good / duration
         result["goodput_slos_ms"] = goodput
         result["slo_attainment"] = good / len(measured) if measured else None
@@ -267,7 +267,8 @@ def window_for(median_e2e_s: float) -> float:
     return WINDOW_E2E_MULTIPLE * median_e2e_s
 
 
-def _meets(r: RequestRecord, slos: dict[str, float]) -> bool:
+def meets(r: RequestRecord, slos: dict[str, float]) -> bool:
+    """Whether a request is within every SLO bound (ms by key: ttft, tpot, e2el, ttfo)."""
     values = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.latency, "ttfo": r.ttfo_bound if r.ttfo_bound is not None else math.inf}
     return all(slo / 1000.0 >= values[key] for key, slo in slos.items())
 

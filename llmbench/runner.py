@@ -155,7 +155,7 @@ class Run:
         result = metrics.compute(self.records, duration, cfg.percentiles, cfg.goodput, cfg.rate)
         if "window_note" in result:
             self.notes.append(result.pop("window_note"))
-        stalls, stall_note = client_stalls.summary(self.records, watch.stalls)
+        stalls, stall_note = client_stalls.summary(self.records, watch.stalls, cfg.percentiles, cfg.goodput)
         result |= stalls
         if stall_note:
             self.notes.append(stall_note)

@@ -75,4 +75,27 @@ def test_a_stall_of_the_client_itself_is_measured_and_said(scripted, tmp_path):
     hit = [r for r in result.records if r.start < end and r.end > start]
     assert hit and m["requests_in_client_stalls"] >= len(hit)
     assert max(max(r.itl, default=0.0) for r in hit) >= 0.9 * block - ITL_MS / 1000  # the wait the note warns of
-    assert any(note.startswith("the client itself stalled") for note in result.notes)
+    assert m["client_stall_material"]
+    assert any(note.startswith("the client itself stalled") and "P99 E2E" in note for note in result.notes)
+
+
+def test_a_stall_is_said_only_where_it_moves_a_figure():
+    """60 requests of 11 tokens 20 ms apart, one at a time (3 s apart): a 2.4 s stall inside request 50 sets its
+    TPOT, so the P99 TPOT and the SLO attainment move and the note gives each with and without it; a stall inside
+    a request whose timings it did not change moves nothing and is only counted."""
+    from llmbench import client_stalls
+    from llmbench.records import RequestRecord
+
+    def record(i: int, gap: float = 0.02) -> RequestRecord:
+        start = i * 3.0
+        chunks = [start + 0.1 + k * 0.02 for k in range(5)] + [start + 0.18 + gap + k * 0.02 for k in range(6)]
+        return RequestRecord(i, start, start, start, chunks[-1], chunks, success=True, output_tokens=11)
+
+    slos = {"ttft": 2000.0, "tpot": 100.0}
+    stalled = [record(i, 2.4 if i == 50 else 0.02) for i in range(60)]
+    figures, note = client_stalls.summary(stalled, [(150.19, 152.59)], (50, 99), slos)
+    assert figures["requests_in_client_stalls"] == 1 and figures["client_stall_material"]
+    assert "P99 TPOT" in note and "SLO met by 98.3% with them, 100.0% without" in note
+    figures, note = client_stalls.summary([record(i) for i in range(60)], [(150.19, 150.34)], (50, 99), slos)
+    assert figures["client_stalls"] == 1 and figures["requests_in_client_stalls"] == 1
+    assert note is None and not figures["client_stall_material"]
