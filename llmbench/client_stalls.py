@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -61,15 +62,28 @@ def spanning(records: list[RequestRecord], stalls: list[tuple[float, float]]) ->
     return [r for r in records if not r.warmup and any(r.start < end and r.end > start for start, end in stalls)]
 
 
+def without_stalls(r: RequestRecord, stalls: list[tuple[float, float]]) -> RequestRecord:
+    """The request with the client's wait taken out: every time stamp moved back by the stall time between the
+    request's start and it (a chunk read at a stall's end came at the earliest at its start), so each of its
+    latencies is the smallest the server can have given."""
+    def back(t: float) -> float:
+        return t - sum(max(0.0, min(end, t) - max(start, r.start)) for start, end in stalls)
+
+    return replace(r, chunk_times=[back(t) for t in r.chunk_times], end=back(r.end),
+                   first_output=None if r.first_output is None else back(r.first_output))
+
+
 FIGURES = {"TTFT": lambda rs: [r.ttft for r in rs], "TPOT": lambda rs: [t for r in rs if (t := tpot(r))],
            "ITL": lambda rs: [gap for r in rs for gap in r.itl], "E2E": lambda rs: [r.latency for r in rs]}
 
 
 def summary(records: list[RequestRecord], stalls: list[tuple[float, float]], percentiles: tuple[float, ...],
             slos: dict[str, float] | None = None) -> tuple[dict, str | None]:
-    """The stall figures for the result, and a note when the requests a stall touched move a top percentile
-    (or the SLO attainment) materially, as steady_state judges the scheduled send: each figure with and without
-    them, so what the client's wait set is never read as the server's."""
+    """The stall figures for the result, and a note when taking the client's wait out of the requests a stall
+    touched (`without_stalls`) moves a top percentile or the SLO attainment materially, as steady_state judges
+    the scheduled send: each figure as timed and without the wait, so what the client's wait set is never
+    read as the server's. Every request stays in both (dropping the touched ones would drop the longest:
+    a long request is the likeliest to span a stall)."""
     hit = spanning(records, stalls)
     lengths = [end - start for start, end in stalls]
     out = {"client_stalls": len(stalls), "client_stall_seconds": sum(lengths),
@@ -78,28 +92,27 @@ def summary(records: list[RequestRecord], stalls: list[tuple[float, float]], per
     measured = [r for r in records if not r.warmup and not r.interrupted]
     touched = {id(r) for r in hit}
     ok = [r for r in measured if r.success]
-    clean = [r for r in ok if id(r) not in touched]
-    if not hit or not clean:
+    if not hit or not ok:
         return out, None
+    clean = [without_stalls(r, stalls) if id(r) in touched else r for r in ok]
     p = max(percentiles)
     moved = []
     for name, values in FIGURES.items():
-        with_them, without = values(ok), values(clean)
-        if with_them and without:
-            a, b = (float(np.percentile(v, p)) * 1000 for v in (with_them, without))
+        timed, without = values(ok), values(clean)
+        if timed and without:
+            a, b = (float(np.percentile(v, p)) * 1000 for v in (timed, without))
             if a > max(b * (1 + MATERIAL_SHARE), b + MATERIAL_MS):
-                moved.append(f"P{pct_name(p)} {name} {a:,.0f} ms with them, {b:,.0f} ms without")
+                moved.append(f"P{pct_name(p)} {name} {a:,.0f} ms as timed, {b:,.0f} ms without the wait")
     if slos:
-        a = sum(meets(r, slos) for r in ok) / len(measured)
-        b = sum(meets(r, slos) for r in clean) / (len(measured) - sum(id(r) in touched for r in measured))
+        a, b = (sum(meets(r, slos) for r in rs) / len(measured) for rs in (ok, clean))
         if b - a >= ATTAINMENT_POINTS:
-            moved.append(f"SLO met by {a:.1%} with them, {b:.1%} without")
+            moved.append(f"SLO met by {a:.1%} as timed, {b:.1%} without the wait")
     if not moved:
         return out, None
     out["client_stall_material"] = True
     worst = max(stalls, key=lambda s: s[1] - s[0])
     return out, (f"the client itself stalled {len(stalls)} time(s) for {sum(lengths):.1f} s in all, the longest "
                  f"{(worst[1] - worst[0]) * 1000:,.0f} ms from {worst[0]:.1f} s (its loop was blocked or its process "
-                 f"got no CPU: on a machine shared with the server, give each its own cores); the {len(hit)} "
+                 f"got no CPU: on a machine shared with the server, give each its own cores); {len(hit)} "
                  "request(s) in flight then were timed through it (a chunk that came during it was read when it "
-                 f"ended), and they set: {'; '.join(moved)}")
+                 f"ended): {'; '.join(moved)}")

@@ -10,6 +10,7 @@ import json
 import urllib.request
 
 import numpy as np
+import pytest
 
 from llmbench import arrivals
 from llmbench.datasets import Request
@@ -80,22 +81,28 @@ def test_a_stall_of_the_client_itself_is_measured_and_said(scripted, tmp_path):
 
 
 def test_a_stall_is_said_only_where_it_moves_a_figure():
-    """60 requests of 11 tokens 20 ms apart, one at a time (3 s apart): a 2.4 s stall inside request 50 sets its
-    TPOT, so the P99 TPOT and the SLO attainment move and the note gives each with and without it; a stall inside
-    a request whose timings it did not change moves nothing and is only counted."""
+    """Requests one at a time, 3 s apart, chunks 20 ms apart. A 2.4 s stall between two chunks of request 50
+    (11 tokens) sets its TPOT: with the wait taken out the P99 TPOT and the SLO attainment move, and the note
+    gives each as timed and without the wait. A 150 ms stall inside a 300 ms gap of the server's (101 tokens)
+    moves nothing: it is counted, not said."""
     from llmbench import client_stalls
     from llmbench.records import RequestRecord
 
-    def record(i: int, gap: float = 0.02) -> RequestRecord:
-        start = i * 3.0
-        chunks = [start + 0.1 + k * 0.02 for k in range(5)] + [start + 0.18 + gap + k * 0.02 for k in range(6)]
-        return RequestRecord(i, start, start, start, chunks[-1], chunks, success=True, output_tokens=11)
+    def record(i: int, tokens: int, gap: float = 0.02) -> RequestRecord:
+        start, half = i * 3.0, tokens // 2
+        chunks = [start + 0.1 + k * 0.02 for k in range(half)]
+        chunks += [chunks[-1] + gap + k * 0.02 for k in range(tokens - half)]
+        return RequestRecord(i, start, start, start, chunks[-1], chunks, success=True, output_tokens=tokens)
 
     slos = {"ttft": 2000.0, "tpot": 100.0}
-    stalled = [record(i, 2.4 if i == 50 else 0.02) for i in range(60)]
-    figures, note = client_stalls.summary(stalled, [(150.19, 152.59)], (50, 99), slos)
+    stalled = [record(i, 11, 2.4 if i == 50 else 0.02) for i in range(60)]
+    gap_at = stalled[50].chunk_times[4]
+    figures, note = client_stalls.summary(stalled, [(gap_at + 0.01, gap_at + 2.4)], (50, 99), slos)
     assert figures["requests_in_client_stalls"] == 1 and figures["client_stall_material"]
-    assert "P99 TPOT" in note and "SLO met by 98.3% with them, 100.0% without" in note
-    figures, note = client_stalls.summary([record(i) for i in range(60)], [(150.19, 150.34)], (50, 99), slos)
+    assert "P99 TPOT" in note and "SLO met by 98.3% as timed, 100.0% without the wait" in note
+    slow = [record(i, 101, 0.3 if i == 50 else 0.02) for i in range(60)]
+    gap_at = slow[50].chunk_times[49]
+    figures, note = client_stalls.summary(slow, [(gap_at + 0.1, gap_at + 0.25)], (50, 99), slos)
     assert figures["client_stalls"] == 1 and figures["requests_in_client_stalls"] == 1
     assert note is None and not figures["client_stall_material"]
+    assert client_stalls.without_stalls(slow[50], [(gap_at + 0.1, gap_at + 0.25)]).itl[49] == pytest.approx(0.15)
