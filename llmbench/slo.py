@@ -129,7 +129,7 @@ def lower_rates(lowest: float) -> str:
 
 
 def capacity(points: list[dict], slo: SLO) -> Capacity:
-    """`points`: {rate, attainment, saturated, kept_up} per measured finite rate. The highest rate that meets
+    """`points`: {rate, attainment, saturated, kept_up[, client_stalled]} per measured finite rate. The highest rate that meets
     the SLO without saturating the server, interpolated towards the next rate by attainment, and never above
     what the server completed when it was overloaded (kept_up x rate at a saturated rate): a short run past
     the knee can still show good latencies, because the backlog has not had time to hurt them. The knee is
@@ -161,6 +161,9 @@ def capacity(points: list[dict], slo: SLO) -> Capacity:
             note = (f"capped by the {ceiling:.3g} req/s the server completed when overloaded at {at:g} req/s"
                     if rate == ceiling else f"measured at {best['rate']:g} req/s; not interpolated higher: the "
                     f"server completed {ceiling:.3g} req/s when overloaded at {at:g} req/s")
+    if nxt.get("client_stalled") and not nxt.get("saturated"):
+        note += (f"; {nxt['rate']:g} req/s missed it with a stall of the client's own in its requests (its note): "
+                 "measure that rate again before reading the answer as the server's")
     return Capacity(rate, note, lowest, highest, passing)
 
 
@@ -180,7 +183,8 @@ def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
         kept = [r["kept_up"] for r in runs if r.get("kept_up") is not None]
         points.append({"rate": rate, "attainment": attained(frame, labels, slo) or 0.0,
                        "saturated": any(bool(r.get("saturated")) for r in runs), "kept_up": min(kept) if kept else None,
-                       "label": labels[0], "runs": labels})
+                       "label": labels[0], "runs": labels,
+                       "client_stalled": any(bool(r.get("client_stall_material")) for r in runs)})
     return points
 
 

@@ -224,7 +224,8 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
               and not r["interrupted"] and not r.get("target_down")]
     if finite:
         outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0,
-                                      "saturated": bool(r["saturated"]), "kept_up": r.get("kept_up")}
+                                      "saturated": bool(r["saturated"]), "kept_up": r.get("kept_up"),
+                                      "client_stalled": bool(r.get("client_stall_material"))}
                                      for r in finite], plan.slo)
     return outcome
 

@@ -157,3 +157,17 @@ def test_backlog_from_records():
     assert "too short to tell" in slow["window_note"] and slow["window_short"]
     assert slow["kept_up"] < 0.9 and slow["latency_growth"] == pytest.approx(1.0)  # rising, but not slowing down
     assert backlog([rec(i, i * 0.1, 1.0) for i in range(10)])["kept_up"] is None  # too few to tell
+
+
+def test_a_capacity_resting_on_a_client_stall_says_so():
+    """The Zen 3 sweep of vLLM-CPU: rate 1 missed the SLO (97.8 %) only through a 2.5 s stall of the client's
+    own; the answer keeps the measured figures and says which rate to measure again."""
+    from llmbench.slo import SLO, capacity
+
+    points = [{"rate": 0.5, "attainment": 1.0}, {"rate": 1.0, "attainment": 87 / 89, "client_stalled": True},
+              {"rate": 1.5, "attainment": 0.977}]
+    cap = capacity(points, SLO())
+    assert cap.rate == pytest.approx(0.722, abs=0.001)
+    assert "1 req/s missed it with a stall of the client's own" in cap.note
+    points[1]["client_stalled"] = False
+    assert "stall" not in capacity(points, SLO()).note
