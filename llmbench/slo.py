@@ -129,11 +129,12 @@ def lower_rates(lowest: float) -> str:
 
 
 def capacity(points: list[dict], slo: SLO) -> Capacity:
-    """`points`: {rate, attainment, saturated, kept_up[, client_stalled]} per measured finite rate. The highest rate that meets
-    the SLO without saturating the server, interpolated towards the next rate by attainment, and never above
-    what the server completed when it was overloaded (kept_up x rate at a saturated rate): a short run past
-    the knee can still show good latencies, because the backlog has not had time to hurt them. The knee is
-    never a rate that missed the SLO."""
+    """`points`: {rate, attainment, saturated, kept_up[, client_stalled]} per measured finite rate. The highest
+    rate that meets the SLO without saturating the server, interpolated towards the next rate by attainment,
+    and never above what the server completed when it was overloaded (kept_up x rate at a saturated rate): a
+    short run past the knee can still show good latencies, because the backlog has not had time to hurt them.
+    The knee is never a rate that missed the SLO. A first miss where the client itself stalled materially
+    (`client_stalls`) is said: the answer may be the client's."""
     points = sorted(points, key=lambda p: p["rate"])
     if not points:
         raise SLOError("no finite-rate results to answer from (run `llmbench sweep`)")
