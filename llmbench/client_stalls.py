@@ -14,6 +14,7 @@ stalls and the measured requests in flight during one, and says in a note which 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from dataclasses import replace
@@ -58,8 +59,15 @@ class Watch:
 
 
 def spanning(records: list[RequestRecord], stalls: list[tuple[float, float]]) -> list[RequestRecord]:
-    """Measured requests in flight during a stall: their timings include the client's wait."""
-    return [r for r in records if not r.warmup and any(r.start < end and r.end > start for start, end in stalls)]
+    """Measured requests in flight during a stall: their timings include the client's wait. `stalls` come in
+    time order and never overlap, so the first stall ending after a request's start decides."""
+    ends = [end for _, end in stalls]
+
+    def touched(r: RequestRecord) -> bool:
+        i = bisect.bisect_right(ends, r.start)
+        return i < len(stalls) and stalls[i][0] < r.end
+
+    return [r for r in records if not r.warmup and touched(r)]
 
 
 def without_stalls(r: RequestRecord, stalls: list[tuple[float, float]]) -> RequestRecord:
