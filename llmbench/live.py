@@ -165,7 +165,7 @@ def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) ->
         mark = " *" if knee is not None and rate == knee else ""
         verdict = ("target down" if row.get("target_down") else "saturated" if row.get("saturated") else
                    "backlog passed" if row.get("backlog_passed") else "interrupted" if row.get("interrupted") else
-                   "client stalled" if row.get("client_stall_material") else
+                   "client stalled" if row.get("client_stall_moved_slo") else
                    "window short" if row.get("window_short") else "")
         cells.append([f"{rate:g}{mark}" if isinstance(rate, int | float) else str(rate),
                       fmt_cell(row.get("kept_up"), "{:.0%}"),

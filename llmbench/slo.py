@@ -133,8 +133,8 @@ def capacity(points: list[dict], slo: SLO) -> Capacity:
     rate that meets the SLO without saturating the server, interpolated towards the next rate by attainment,
     and never above what the server completed when it was overloaded (kept_up x rate at a saturated rate): a
     short run past the knee can still show good latencies, because the backlog has not had time to hurt them.
-    The knee is never a rate that missed the SLO. A first miss where the client itself stalled materially
-    (`client_stalls`) is said: the answer may be the client's."""
+    The knee is never a rate that missed the SLO. A first miss whose attainment a stall of the client's own
+    moved (`client_stalls`) is said: the answer may be the client's."""
     points = sorted(points, key=lambda p: p["rate"])
     if not points:
         raise SLOError("no finite-rate results to answer from (run `llmbench sweep`)")
@@ -185,7 +185,7 @@ def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:
         points.append({"rate": rate, "attainment": attained(frame, labels, slo) or 0.0,
                        "saturated": any(bool(r.get("saturated")) for r in runs), "kept_up": min(kept) if kept else None,
                        "label": labels[0], "runs": labels,
-                       "client_stalled": any(bool(r.get("client_stall_material")) for r in runs)})
+                       "client_stalled": any(bool(r.get("client_stall_moved_slo")) for r in runs)})
     return points
 
 

@@ -225,7 +225,7 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     if finite:
         outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0,
                                       "saturated": bool(r["saturated"]), "kept_up": r.get("kept_up"),
-                                      "client_stalled": bool(r.get("client_stall_material"))}
+                                      "client_stalled": bool(r.get("client_stall_moved_slo"))}
                                      for r in finite], plan.slo)
     return outcome
 

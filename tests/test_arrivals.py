@@ -171,3 +171,20 @@ def test_a_capacity_resting_on_a_client_stall_says_so():
     assert "1 req/s missed it with a stall of the client's own" in cap.note
     points[1]["client_stalled"] = False
     assert "stall" not in capacity(points, SLO()).note
+
+
+def test_the_verdict_column_says_a_client_stall_that_moved_the_slo():
+    """`client stalled` where the stall moved the SLO attainment; a stall that moved only a percentile (said in the
+    rate's note) leaves the verdict to the server."""
+    from rich.console import Console
+
+    from llmbench.live import summary_table
+    from llmbench.slo import SLO
+
+    row = {"request_rate": 1.0, "kept_up": 1.0, "output_throughput": 190.0, "median_ttft_ms": 95.0,
+           "p99_ttft_ms": 663.0, "median_tpot_ms": 19.9, "p99_tpot_ms": 132.4, "slo_attainment": 0.978, "failed": 0}
+    console = Console(width=120, record=True)
+    console.print(summary_table([row | {"client_stall_moved_slo": True},
+                                 {**row, "request_rate": 2.0, "client_stall_material": True}], "t", SLO(), None))
+    lines = [line for line in console.export_text().splitlines() if "%" in line]
+    assert "client stalled" in lines[0] and "client stalled" not in lines[1]

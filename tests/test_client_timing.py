@@ -99,10 +99,13 @@ def test_a_stall_is_said_only_where_it_moves_a_figure():
     gap_at = stalled[50].chunk_times[4]
     figures, note = client_stalls.summary(stalled, [(gap_at + 0.01, gap_at + 2.4)], (50, 99), slos)
     assert figures["requests_in_client_stalls"] == 1 and figures["client_stall_material"]
+    assert figures["client_stall_moved_slo"] and figures["slo_attainment_without_client_stalls"] == 1.0
     assert "P99 TPOT" in note and "SLO met by 98.3% as timed, 100.0% without the wait" in note
+    _, note = client_stalls.summary(stalled, [(gap_at + 0.01, gap_at + 2.4)], (50, 99), {"ttft": 2000.0})
+    assert "P99 TPOT" in note and "SLO met" not in note  # a percentile moved, the attainment did not
     slow = [record(i, 101, 0.3 if i == 50 else 0.02) for i in range(60)]
     gap_at = slow[50].chunk_times[49]
     figures, note = client_stalls.summary(slow, [(gap_at + 0.1, gap_at + 0.25)], (50, 99), slos)
     assert figures["client_stalls"] == 1 and figures["requests_in_client_stalls"] == 1
-    assert note is None and not figures["client_stall_material"]
+    assert note is None and not figures["client_stall_material"] and not figures["client_stall_moved_slo"]
     assert client_stalls.without_stalls(slow[50], [(gap_at + 0.1, gap_at + 0.25)]).itl[49] == pytest.approx(0.15)
