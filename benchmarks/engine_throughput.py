@@ -367,7 +367,7 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
             print(f"continuous / {name.removeprefix('engine ')}: {t / cont:.2f}× (target ≥ 1.5)"
                   + (f"; run by run {', '.join(f'{r:.2f}' for r in by_run)}" if repeats > 1 else ""))
             c_step, s_step = STEP_FIGURES["engine continuous"], STEP_FIGURES.get(name)
-            if s_step and c_step["fixed_s"] and c_step["fixed_s"] > 0:
+            if s_step and (c_step["fixed_s"] or 0) > 0:
                 print(why_static(c_step, s_step, cont, work / ceiling if ceiling else None))
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")

@@ -57,7 +57,7 @@ def test_a_stall_of_the_client_itself_is_measured_and_said(scripted, tmp_path):
     import time
 
     server = scripted("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
-    n, rate, block = 40, 20.0, 0.6
+    n, rate, block = 80, 40.0, 0.6  # about nine requests in flight when the loop is blocked
     requests = [Request(f"req-{i}", 1, TOKENS) for i in range(n)]
     calls = []
 
