@@ -14,7 +14,6 @@ stalls and the measured requests in flight during one, and says in a note which 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import time
 from dataclasses import replace
@@ -58,19 +57,39 @@ class Watch:
             await self._task
 
 
-def spanning(records: list[RequestRecord], stalls: list[tuple[float, float]]) -> list[RequestRecord]:
-    """Measured requests in flight during a stall: their timings include the client's wait. `stalls` come in
-    time order and never overlap, so the first stall ending after a request's start decides."""
-    ends = [end for _, end in stalls]
-
-    def touched(r: RequestRecord) -> bool:
-        i = bisect.bisect_right(ends, r.start)
-        return i < len(stalls) and stalls[i][0] < r.end
-
-    return [r for r in records if not r.warmup and touched(r)]
+Stalls = list[tuple[float, float]]
 
 
-def without_stalls(r: RequestRecord, stalls: list[tuple[float, float]]) -> RequestRecord:
+def by_worker(stalls: Stalls | dict[str, Stalls]) -> dict[str | None, Stalls]:
+    """One client process's stalls (the native client: records' `worker` None), or each Locust worker's own: a
+    worker stopped for a second stalls only the requests it sent."""
+    return stalls if isinstance(stalls, dict) else {None: stalls}
+
+
+def in_stalls(starts, ends, stalls: Stalls | dict[str, Stalls], workers=None) -> np.ndarray:
+    """Per request (its start and end, seconds from t0, and the worker that sent it): in flight during a stall
+    of its own client process, so its timings include that process's wait. Each process's stalls come in time
+    order and never overlap, so the first stall ending after a request's start decides."""
+    starts, ends = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    hit = np.zeros(len(starts), dtype=bool)
+    workers = np.asarray([None] * len(starts) if workers is None else workers, dtype=object)
+    for worker, own in by_worker(stalls).items():
+        if not own:
+            continue
+        mine = workers == worker if worker is not None else np.ones(len(starts), dtype=bool)
+        first = np.array([s for s, _ in own] + [np.inf])
+        i = np.searchsorted([e for _, e in own], starts[mine], side="right")
+        hit[mine] = first[i] < ends[mine]
+    return hit
+
+
+def spanning(records: list[RequestRecord], stalls: Stalls | dict[str, Stalls]) -> list[RequestRecord]:
+    """Measured requests in flight during a stall of the process that sent them."""
+    hit = in_stalls([r.start for r in records], [r.end for r in records], stalls, [r.worker for r in records])
+    return [r for r, h in zip(records, hit, strict=True) if h and not r.warmup]
+
+
+def without_stalls(r: RequestRecord, stalls: Stalls) -> RequestRecord:
     """The request with the client's wait taken out: every time stamp moved back by the stall time between the
     request's start and it (a chunk read at a stall's end came at the earliest at its start), so each of its
     latencies is the smallest the server can have given."""
@@ -85,7 +104,7 @@ FIGURES = {"TTFT": lambda rs: [r.ttft for r in rs], "TPOT": lambda rs: [t for r 
            "ITL": lambda rs: [gap for r in rs for gap in r.itl], "E2E": lambda rs: [r.latency for r in rs]}
 
 
-def summary(records: list[RequestRecord], stalls: list[tuple[float, float]], percentiles: tuple[float, ...],
+def summary(records: list[RequestRecord], stalls: Stalls | dict[str, Stalls], percentiles: tuple[float, ...],
             slos: dict[str, float] | None = None) -> tuple[dict, str | None]:
     """The stall figures for the result, and a note when taking the client's wait out of the requests a stall
     touched (`without_stalls`) moves a top percentile or the SLO attainment materially, as steady_state judges
@@ -94,17 +113,20 @@ def summary(records: list[RequestRecord], stalls: list[tuple[float, float]], per
     a long request is the likeliest to span a stall). `client_stall_moved_slo` (the attainment moved) is what
     the sweep's verdict column and answer take up; a moved percentile alone is said in the note."""
     hit = spanning(records, stalls)
-    lengths = [end - start for start, end in stalls]
-    out = {"client_stalls": len(stalls), "client_stall_seconds": sum(lengths),
+    own = by_worker(stalls)
+    every = [(start, end, worker) for worker, some in own.items() for start, end in some]
+    lengths = [end - start for start, end, _ in every]
+    intervals = {w: [[round(s, 4), round(e, 4)] for s, e in some] for w, some in own.items()}
+    out = {"client_stalls": len(every), "client_stall_seconds": sum(lengths),
            "max_client_stall_ms": max(lengths, default=0.0) * 1000, "requests_in_client_stalls": len(hit),
-           "client_stall_intervals": [[round(s, 4), round(e, 4)] for s, e in stalls], "client_stall_material": False,
-           "client_stall_moved_slo": False}
+           "client_stall_intervals": intervals.get(None, []) if None in own else intervals,
+           "client_stall_material": False, "client_stall_moved_slo": False}
     measured = [r for r in records if not r.warmup and not r.interrupted]
     touched = {id(r) for r in hit}
     ok = [r for r in measured if r.success]
     if not hit or not ok:
         return out, None
-    clean = [without_stalls(r, stalls) if id(r) in touched else r for r in ok]
+    clean = [without_stalls(r, own[r.worker]) if id(r) in touched else r for r in ok]
     p = max(percentiles)
     moved = []
     for name, values in FIGURES.items():
@@ -122,9 +144,10 @@ def summary(records: list[RequestRecord], stalls: list[tuple[float, float]], per
     if not moved:
         return out, None
     out["client_stall_material"] = True
-    worst = max(stalls, key=lambda s: s[1] - s[0])
-    return out, (f"the client itself stalled {len(stalls)} time(s) for {sum(lengths):.1f} s in all, the longest "
-                 f"{(worst[1] - worst[0]) * 1000:,.0f} ms from {worst[0]:.1f} s (its loop was blocked or its process "
+    start, end, worker = max(every, key=lambda s: s[1] - s[0])
+    return out, (f"the client itself stalled {len(every)} time(s) for {sum(lengths):.1f} s in all, the longest "
+                 f"{(end - start) * 1000:,.0f} ms from {start:.1f} s{f' in {worker}' if worker else ''} (its loop "
+                 "was blocked or its process "
                  f"got no CPU: on a machine shared with the server, give each its own cores); {len(hit)} "
                  "request(s) in flight then were timed through it (a chunk that came during it was read when it "
                  f"ended): {'; '.join(moved)}")

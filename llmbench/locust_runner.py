@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from llmbench.records import RecordWriter, read_records
-from llmbench.results import RunFiles, worker_metas, worker_records
+from llmbench.results import RunFiles, worker_metas, worker_records, worker_stalls
 from llmbench.target import free_port
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -38,9 +38,9 @@ def locust_args(base_url: str, opts: dict, records_dir: Path, workers: int) -> l
 
 
 def run_locust(base_url: str, opts: dict, workers: int, files: RunFiles, time_limit: float,
-               users: int | None = None) -> tuple[list, list[str], bool]:
-    """Run master + workers; return the merged records, notes (worker deaths, time limit) and whether a
-    Ctrl-C ended the run early (the records up to then are kept)."""
+               users: int | None = None) -> tuple[list, dict[str, list], list[str], bool]:
+    """Run master + workers; return the merged records, each worker's client stalls, notes (worker deaths,
+    time limit) and whether a Ctrl-C ended the run early (the records up to then are kept)."""
     import importlib.util
 
     if importlib.util.find_spec("locust") is None:
@@ -84,32 +84,43 @@ def run_locust(base_url: str, opts: dict, workers: int, files: RunFiles, time_li
     dead = log.count("failed to send heartbeat")
     if dead:
         notes.append(f"{dead} Locust worker(s) stopped answering mid-run; their records up to then are kept")
-    return merge(records_dir, files.records), notes, interrupted
+    records, stalls = merge(records_dir, files.records)
+    return records, stalls, notes, interrupted
 
 
-def merge(records_dir: Path, target: Path) -> list:
-    """All workers' records on one time base (the earliest worker start), written as one records file."""
+def merge(records_dir: Path, target: Path) -> tuple[list, dict[str, list]]:
+    """All workers' records on one time base (the earliest worker start), written as one records file, and each
+    worker's client stalls on that base while its requests ran."""
     metas = {meta["worker"]: meta for meta in worker_metas(records_dir)}
     if not metas:
-        return []
+        return [], {}
     origin = min(m["t0_wall"] for m in metas.values())
-    merged = []
+    merged, stalls = [], {}
     for name, meta in sorted(metas.items()):
         path = worker_records(records_dir, name)
         if not path.is_file():
             continue
         shift = meta["t0_wall"] - origin
-        for r in read_records(path):
+        mine = read_records(path)
+        for r in mine:
             r.scheduled += shift
             r.dispatched += shift
             r.start += shift
             r.end += shift
             r.chunk_times = [t + shift for t in r.chunk_times]
             merged.append(r)
+        last = max((r.end for r in mine), default=shift)
+        seen = [json.loads(line) for line in _lines(worker_stalls(records_dir, name))]
+        stalls[name] = [(s + shift, e + shift) for s, e in seen if e > 0 and s + shift < last]
     merged.sort(key=lambda r: r.index)
     target.unlink(missing_ok=True)
     writer = RecordWriter(target)
     for r in merged:
         writer.write(r)
     writer.close()
-    return merged
+    return merged, stalls
+
+
+def _lines(path: Path) -> list[str]:
+    """A file's complete lines (a worker killed mid-write leaves at most a partial last one)."""
+    return [line for line in path.read_text().splitlines() if line.endswith("]")] if path.is_file() else []

@@ -19,9 +19,9 @@ import gevent
 from locust import User, events, task
 from locust.exception import StopUser
 
-from llmbench import arrivals, client, datasets, locust_transport
+from llmbench import arrivals, client, client_stalls, datasets, locust_transport
 from llmbench.records import RecordWriter, RequestRecord
-from llmbench.results import worker_meta, worker_records
+from llmbench.results import worker_meta, worker_records, worker_stalls
 
 _state: dict = {}
 
@@ -144,7 +144,23 @@ def _setup(environment) -> dict:
     _state.update(mine=[i for i in range(len(_state["requests"])) if i % workers == index],
                   writer=RecordWriter(worker_records(out, name)), name=name, t0=t0,
                   closed=itertools.count(index, workers))
+    gevent.spawn(_watch_stalls, worker_stalls(out, name), t0)
     return _state
+
+
+def _watch_stalls(path: Path, t0: float) -> None:
+    """client_stalls.Watch on gevent's hub: each wake-up later than STALL is written at once (a worker killed
+    mid-run keeps what it saw)."""
+    tick, stall = client_stalls.TICK, client_stalls.STALL
+    with path.open("a") as out:
+        last = time.perf_counter()
+        while True:
+            gevent.sleep(tick)
+            now = time.perf_counter()
+            if now - last - tick > stall:
+                out.write(json.dumps([last + tick - t0, now - t0]) + "\n")
+                out.flush()
+            last = now
 
 
 class LLMUser(User):

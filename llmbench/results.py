@@ -93,6 +93,11 @@ def worker_records(folder: Path, worker: str) -> Path:
     return Path(folder) / f"{worker}.records.jsonl"
 
 
+def worker_stalls(folder: Path, worker: str) -> Path:
+    """The worker's own client stalls, one [start, end] a line, seconds from its t0."""
+    return Path(folder) / f"{worker}.stalls.jsonl"
+
+
 def worker_meta(folder: Path, worker: str) -> Path:
     return Path(folder) / f"{worker}.meta.json"
 

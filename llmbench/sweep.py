@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmbench import __version__, arrivals, datasets, metrics, results, steady_state
+from llmbench import __version__, arrivals, client_stalls, datasets, metrics, results, steady_state
 from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts
 from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
@@ -413,8 +413,13 @@ def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokeni
         limit = w.duration or 120.0
     else:
         limit = (len(requests) / rate if math.isfinite(rate) else 10.0) + 60.0
-    records, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit, plan.users)
+    records, stalls, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit,
+                                                     plan.users)
     result = metrics.compute(records, None, plan.percentiles, plan.slo.bounds, math.inf if plan.users else rate)
+    figures, stall_note = client_stalls.summary(records, stalls, plan.percentiles, plan.slo.bounds)
+    result |= figures
+    if stall_note:
+        notes.append(stall_note)
     notes.append(f"Locust transport: {plan.workers} local worker(s)")
     # a dead target shows as failed requests here (--max-failure-rate); a dead worker only loses its share
     return (RunResult(records, result, notes, [], False, interrupted),

@@ -167,6 +167,48 @@ def test_calibration_pools_the_runs_of_one_rate(tmp_path):
     assert [label for label, _ in _runs(tmp_path, 2)] == ["rate-1 x2"]
 
 
+def _stall_the_client(files, stalls):
+    """What a client stall does to a run's records: every chunk that came during a stall read at its end."""
+    def late(t):
+        return next((end for start, end in stalls if start <= t < end), t)
+
+    records = [json.loads(line) for line in files.records.read_text().splitlines()]
+    for r in records:
+        r["chunk_times"] = [late(t) for t in r["chunk_times"]]
+        r["end"], r["first_output"] = late(r["end"]), r["chunk_times"][0]
+    files.records.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return records
+
+
+def test_calibration_fits_only_what_the_server_did_not_what_the_clients_stall_added(tmp_path):
+    """Two 1.5 s client stalls just after the two longest prompts were sent (on a 2-core machine shared with
+    vLLM-CPU, the client stopped for 2.5 s after a 1,014-token prompt) put 1.5 s into the TTFTs of the requests
+    in flight: the prompt-compute slope fitted on them comes out 60 % high. With the stalls the run's JSON
+    records, those requests are still replayed (the server served them) but not fitted on, and the fit finds
+    the server's own factors (those of the run without the stalls: x1.98, prompt compute x0.26)."""
+    from dataclasses import replace
+
+    from llmbench.plan.calibrate import calibrate
+    from llmbench.results import RunFiles
+
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, replace(setup.model.scaled(2.0), prefill_scale=0.25), setup, work, rng)
+    files = RunFiles(tmp_path, "rate-2")
+    longest = sorted((json.loads(line) for line in files.records.read_text().splitlines()),
+                     key=lambda r: -r["prompt_len"])[:2]
+    stalls = sorted((r["start"] + 0.01, r["start"] + 1.5) for r in longest)
+    assert stalls[0][1] < stalls[1][0]
+    _stall_the_client(files, stalls)
+    unsaid = calibrate(tmp_path, setup.model, setup.shape, rates=2)
+    result = json.loads(files.result.read_text())
+    files.result.write_text(json.dumps({**result, "client_stall_intervals": stalls}))
+    said = calibrate(tmp_path, setup.model, setup.shape, rates=2)
+    assert unsaid.prefill_scale > 0.25 * 1.4 and unsaid.misfit > 0.3 and unsaid.in_client_stalls == 0
+    assert said.prefill_scale == pytest.approx(0.25, rel=0.15) and said.scale == pytest.approx(2.0, rel=0.05)
+    assert said.misfit < 0.1
+    assert said.in_client_stalls > 0 and "while the client itself stalled replayed" in said.describe()
+
+
 def test_plan_quotes_a_repeated_rate_from_all_its_runs(tmp_path):
     """`plan --results` on a folder with a rate measured twice (`--append`): the figures it quotes for that rate
     are percentiles over both runs' requests, not the first run's own."""

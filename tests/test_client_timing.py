@@ -109,3 +109,31 @@ def test_a_stall_is_said_only_where_it_moves_a_figure():
     assert figures["client_stalls"] == 1 and figures["requests_in_client_stalls"] == 1
     assert note is None and not figures["client_stall_material"] and not figures["client_stall_moved_slo"]
     assert client_stalls.without_stalls(slow[50], [(gap_at + 0.1, gap_at + 0.25)]).itl[49] == pytest.approx(0.15)
+
+
+def test_a_locust_workers_stall_is_charged_to_its_own_requests_only():
+    """Two Locust workers, each a process of its own, send the same stream at the same times. A 2.4 s stall of
+    worker-1 touches its requests, never worker-0's: each worker's stalls are kept apart in the result."""
+    from dataclasses import replace
+
+    from llmbench import client_stalls
+    from llmbench.records import RequestRecord
+
+    def record(i: int, gap: float) -> RequestRecord:
+        start = i * 3.0
+        chunks = [start + 0.1 + k * 0.02 for k in range(5)]
+        chunks += [chunks[-1] + gap + k * 0.02 for k in range(6)]
+        return RequestRecord(i, start, start, start, chunks[-1], chunks, success=True, output_tokens=11)
+
+    mine = [replace(record(i, 2.4 if i == 50 else 0.02), worker="worker-1") for i in range(60)]
+    other = [replace(record(i, 0.02), index=100 + i, worker="worker-0") for i in range(60)]
+    gap_at = mine[50].chunk_times[4]
+    stalls = {"worker-0": [], "worker-1": [(gap_at + 0.01, gap_at + 2.4)]}
+    assert [(r.worker, r.index) for r in client_stalls.spanning(mine + other, stalls)] == [("worker-1", 50)]
+    figures, note = client_stalls.summary(mine + other, stalls, (50, 99), {"tpot": 100.0})
+    assert figures["requests_in_client_stalls"] == 1 and figures["client_stall_moved_slo"]
+    assert figures["client_stall_intervals"] == {"worker-0": [], "worker-1": [[round(gap_at + 0.01, 4),
+                                                                            round(gap_at + 2.4, 4)]]}
+    assert "in worker-1" in note and "SLO met by 99.2% as timed, 100.0% without the wait" in note
+    as_one = client_stalls.spanning(mine + other, stalls["worker-1"])  # one process: both requests 50 touched
+    assert sorted(r.worker for r in as_one) == ["worker-0", "worker-1"]

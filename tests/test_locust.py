@@ -40,24 +40,35 @@ def test_two_workers_match_native_and_truth(scripted, tmp_path, tiny_model):
 
 
 def test_dead_worker_is_reported_and_records_kept(scripted, tmp_path, tiny_model):
+    """Worker-1 killed mid-run: its records up to then kept. Worker-0 stopped for a second before that (SIGSTOP,
+    as a process that gets no CPU): the stall is its own, measured by its watch, on the run's time base, and
+    charged to none of worker-1's requests."""
+    import signal
+
     import psutil
+
+    from llmbench.client_stalls import spanning
 
     server = scripted("--ttft-ms", "10", "--itl-ms", "2")
     out = tmp_path / "dead"
 
-    def kill_one_worker():
+    def stop_one_kill_the_other():
         deadline = time.time() + 60
         while time.time() < deadline:
             metas = list((out / "rate-10.locust").glob("worker-*.meta.json")) if (out / "rate-10.locust").exists() \
                 else []
             if len(metas) == 2:
-                time.sleep(3.0)
-                pid = json.loads(sorted(metas)[1].read_text())["pid"]
-                psutil.Process(pid).kill()
+                pids = [json.loads(m.read_text())["pid"] for m in sorted(metas)]
+                time.sleep(1.5)
+                psutil.Process(pids[0]).send_signal(signal.SIGSTOP)
+                time.sleep(1.0)
+                psutil.Process(pids[0]).send_signal(signal.SIGCONT)
+                time.sleep(0.5)
+                psutil.Process(pids[1]).kill()
                 return
             time.sleep(0.2)
 
-    killer = threading.Thread(target=kill_one_worker)
+    killer = threading.Thread(target=stop_one_kill_the_other)
     killer.start()
     t0 = time.time()
     r = run("run", "--engine", "locust", "--workers", "2", "--base-url", server.url, "--tokenizer", str(tiny_model),
@@ -71,3 +82,8 @@ def test_dead_worker_is_reported_and_records_kept(scripted, tmp_path, tiny_model
     by_worker = {w: sum(1 for x in records if x.worker == w) for w in ("worker-0", "worker-1")}
     assert by_worker["worker-0"] == 50 and 3 <= by_worker["worker-1"] < 50
     assert np.isfinite(data["median_ttft_ms"])
+    stalls = data["client_stall_intervals"]
+    assert max(e - s for s, e in stalls["worker-0"]) > 0.8 and data["max_client_stall_ms"] > 800
+    assert all(e - s < 0.8 for s, e in stalls.get("worker-1", []))
+    touched = spanning(records, stalls)
+    assert len(touched) == data["requests_in_client_stalls"] and {r.worker for r in touched} <= {"worker-0"}

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llmbench.client_stalls import in_stalls
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
@@ -38,6 +39,7 @@ class Calibration:
     prefill_scale: float = 1.0  # the compute part's own factor (1: not fitted)
     residuals: tuple[tuple[str, float, float], ...] = ()  # per run: label, median TPOT and TTFT fitted/measured - 1
     seq_overhead: float = 0.0  # seconds per sequence in a step beyond the engine profile's (0: not fitted)
+    in_client_stalls: int = 0  # requests replayed but not fitted on: the client's own wait is in their timings
 
     @property
     def misfit(self) -> float:
@@ -59,7 +61,9 @@ class Calibration:
                 f"measured, {self.simulated_tpot_ms:.1f} ms simulated)"
                 + ("; on its own runs the fit is off by " + ", ".join(
                     f"{label} TPOT {tpot:+.0%} TTFT {ttft:+.0%}" for label, tpot, ttft in self.residuals)
-                   if len(self.residuals) > 1 else ""))
+                   if len(self.residuals) > 1 else "")
+                + (f"; {self.in_client_stalls} request(s) in flight while the client itself stalled replayed, "
+                   "their timings not fitted on" if self.in_client_stalls else ""))
 
     def apply(self, roof: RooflineModel) -> RooflineModel:
         return _fitted(roof, self.scale, roof.prefill_scale * self.prefill_scale, self.seq_overhead)
@@ -86,7 +90,7 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
     for rate, results in runs_by_rate(load_results(folder)).items():
         if math.isinf(rate) or any(r.get("saturated") for r in results):
             continue
-        frames = [f for f in (load_records(folder, r["label"]) for r in results) if not f.empty]
+        frames = [_marked(f, r) for f, r in ((load_records(folder, r["label"]), r) for r in results) if not f.empty]
         ok = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         ok = ok[ok["success"]] if not ok.empty else ok
         if len(ok) >= 5:
@@ -97,6 +101,19 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
     return runs
 
 
+def _marked(frame: pd.DataFrame, result: dict) -> pd.DataFrame:
+    """The run's records with `in_client_stall`: in flight while the client itself stalled (its rate JSON's
+    `client_stall_intervals`), so their timings hold the client's wait. They stay in every replay (the server
+    served them; their sends are when it received them) and out of every figure fitted on (`timed`)."""
+    stalls = result.get("client_stall_intervals") or []
+    return frame.assign(in_client_stall=in_stalls(frame["start"], frame["end"], stalls, frame.get("worker")))
+
+
+def timed(ok: pd.DataFrame) -> pd.DataFrame:
+    """The requests whose timings are the server's alone."""
+    return ok[~ok["in_client_stall"]] if "in_client_stall" in ok else ok
+
+
 def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int = 2,
               per_sequence: bool = True) -> Calibration:
     """`per_sequence`: fit the cost per sequence in a step where the higher rate's TPOT rises (False: one scale
@@ -104,14 +121,16 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     runs = _runs(Path(folder), rates)
     if not runs:
         raise ValueError(f"{folder}: no unsaturated finite rate with at least 5 successful requests to calibrate on")
-    measured_tpot = float(np.median(np.concatenate([ok["tpot"].dropna().to_numpy() for _, ok in runs])))
+    measured_tpot = float(np.median(np.concatenate([timed(ok)["tpot"].dropna().to_numpy() for _, ok in runs])))
     base = replace(shape, client_overhead=0.0)
 
     def replay(model: RooflineModel, which=runs):
         for _, pooled in which:
             for _, ok in pooled.groupby("label", sort=False):
-                yield ok, simulate(sent_times(ok), ok["prompt_len"].to_numpy(),
-                                   ok["output_tokens"].to_numpy(), model, base)
+                res = simulate(sent_times(ok), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(), model,
+                               base)
+                keep = ~ok["in_client_stall"].to_numpy()
+                yield ok[keep], res.only(keep)
 
     def tpot(model: RooflineModel, which=runs) -> float:
         return float(np.median(np.concatenate([res.tpot for _, res in replay(model, which)])))
@@ -144,8 +163,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     scale = bisect(lambda x: tpot(_fitted(roof, x, prefill, per_seq)) >= measured_tpot, *SCALE_RANGE)
     slope = _ttft_slope(runs[:1])
     lowest, highest = runs[:1], runs[-1:]
-    low_tpot, high_tpot = (float(ok["tpot"].median()) for _, ok in (runs[0], runs[-1]))
-    one_scale = [tpot(_fitted(roof, scale, prefill, 0.0), [run]) / float(run[1]["tpot"].median()) - 1
+    low_tpot, high_tpot = (float(timed(ok)["tpot"].median()) for _, ok in (runs[0], runs[-1]))
+    one_scale = [tpot(_fitted(roof, scale, prefill, 0.0), [run]) / float(timed(run[1])["tpot"].median()) - 1
                  for run in (runs[0], runs[-1])] if per_sequence and len(runs) > 1 else [0.0]
     rises = high_tpot > low_tpot and max(map(abs, one_scale)) > ONE_SCALE_TOLERANCE
     for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
@@ -172,13 +191,13 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     fitted = [[res for _, res in replay(model, [run])] for run in runs]  # per rate, its runs
     sim_tpot = float(np.median(np.concatenate([r.tpot for rate in fitted for r in rate])))
     sim_ttft = float(np.median(np.concatenate([r.ttft for rate in fitted for r in rate])))
-    measured_ttft = float(np.median(np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])))
+    measured_ttft = float(np.median(np.concatenate([timed(ok)["ttft"].to_numpy() for _, ok in runs])))
     overhead = max(measured_ttft - sim_ttft, 0.0)
     residuals = tuple((label, float(np.median(np.concatenate([r.tpot for r in rate])) / ok["tpot"].median() - 1),
                        float((np.median(np.concatenate([r.ttft for r in rate])) + overhead) / ok["ttft"].median() - 1))
-                      for (label, ok), rate in zip(runs, fitted, strict=True))
+                      for (label, ok), rate in zip(((label, timed(ok)) for label, ok in runs), fitted, strict=True))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
-                       prefill, residuals, per_seq)
+                       prefill, residuals, per_seq, sum(int(ok["in_client_stall"].sum()) for _, ok in runs))
 
 
 PREFILL_RANGE = (1e-3, 1e3)
@@ -196,8 +215,8 @@ def _ttft_slope(runs: list, simulated: bool = False) -> float | None:
         prompts = np.concatenate([ok["prompt_len"].to_numpy() for ok, _ in runs])
         ttfts = np.concatenate([res.ttft for _, res in runs])
     else:
-        prompts = np.concatenate([ok["prompt_len"].to_numpy() for _, ok in runs])
-        ttfts = np.concatenate([ok["ttft"].to_numpy() for _, ok in runs])
+        prompts = np.concatenate([timed(ok)["prompt_len"].to_numpy() for _, ok in runs])
+        ttfts = np.concatenate([timed(ok)["ttft"].to_numpy() for _, ok in runs])
     if len(prompts) < 10 or np.std(prompts) <= 0:
         return None
     return float(np.polyfit(prompts.astype(float), ttfts.astype(float), 1)[0])

@@ -42,7 +42,10 @@ class SimResult:
 
     def without_first(self, k: int) -> SimResult:
         """The result without the first k requests (a closed loop's warm-up: they all start at once)."""
-        keep = slice(k, None)
+        return self.only(slice(k, None))
+
+    def only(self, keep: slice | np.ndarray) -> SimResult:
+        """The per-request figures of the requests kept; the run's tokens, time and ITLs stay whole."""
         return SimResult(self.ttft[keep], self.tpot_all[keep], self.multi_token[keep], self.e2el[keep], self.itl,
                          self.output_tokens, self.duration, self.preemptions, self.finished)
 
