@@ -66,26 +66,32 @@ def by_worker(stalls: Stalls | dict[str, Stalls]) -> dict[str | None, Stalls]:
     return stalls if isinstance(stalls, dict) else {None: stalls}
 
 
-def in_stalls(starts, ends, stalls: Stalls | dict[str, Stalls], workers=None) -> np.ndarray:
-    """Per request (its start and end, seconds from t0, and the worker that sent it): in flight during a stall
-    of its own client process, so its timings include that process's wait. Each process's stalls come in time
-    order and never overlap, so the first stall ending after a request's start decides."""
+def waited(starts, ends, stalls: Stalls | dict[str, Stalls], workers=None) -> np.ndarray:
+    """Per request, the seconds between `starts` and `ends` (seconds from t0) that the process that sent it
+    (`workers`: the records' `worker`) spent stalled: the client's own wait inside that span."""
     starts, ends = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
-    hit = np.zeros(len(starts), dtype=bool)
+    out = np.zeros(len(starts))
     workers = np.asarray([None] * len(starts) if workers is None else workers, dtype=object)
     for worker, own in by_worker(stalls).items():
-        if not own:
-            continue
-        mine = workers == worker if worker is not None else np.ones(len(starts), dtype=bool)
-        first = np.array([s for s, _ in own] + [np.inf])
-        i = np.searchsorted([e for _, e in own], starts[mine], side="right")
-        hit[mine] = first[i] < ends[mine]
-    return hit
+        if own:
+            mine = workers == worker if worker is not None else np.ones(len(starts), dtype=bool)
+            out[mine] = _stalled_by(ends[mine], own) - _stalled_by(starts[mine], own)
+    return out
+
+
+def _stalled_by(t: np.ndarray, stalls: Stalls) -> np.ndarray:
+    """Seconds stalled from 0 to each t. Stalls come in time order and never overlap (as the watch appends
+    them), so that is the stalls ended before t in full and the one under way at t in part."""
+    begin, end = (np.array([x[k] for x in stalls], dtype=float) for k in (0, 1))
+    before = np.concatenate([[0.0], np.cumsum(end - begin)])
+    i = np.searchsorted(begin, t, side="right")  # stalls begun by t
+    last = np.maximum(i - 1, 0)
+    return before[last] + np.where(i > 0, np.minimum(t, end[last]) - begin[last], 0.0)
 
 
 def spanning(records: list[RequestRecord], stalls: Stalls | dict[str, Stalls]) -> list[RequestRecord]:
     """Measured requests in flight during a stall of the process that sent them."""
-    hit = in_stalls([r.start for r in records], [r.end for r in records], stalls, [r.worker for r in records])
+    hit = waited([r.start for r in records], [r.end for r in records], stalls, [r.worker for r in records]) > 0
     return [r for r, h in zip(records, hit, strict=True) if h and not r.warmup]
 
 
@@ -93,11 +99,13 @@ def without_stalls(r: RequestRecord, stalls: Stalls) -> RequestRecord:
     """The request with the client's wait taken out: every time stamp moved back by the stall time between the
     request's start and it (a chunk read at a stall's end came at the earliest at its start), so each of its
     latencies is the smallest the server can have given."""
-    def back(t: float) -> float:
-        return t - sum(max(0.0, min(end, t) - max(start, r.start)) for start, end in stalls)
+    def back(times: list[float]) -> list[float]:
+        times = np.asarray(times, dtype=float)
+        return (times - waited(np.full(len(times), r.start), times, stalls)).tolist()
 
-    return replace(r, chunk_times=[back(t) for t in r.chunk_times], end=back(r.end),
-                   first_output=None if r.first_output is None else back(r.first_output))
+    *chunks, end = back([*r.chunk_times, r.end])
+    first = None if r.first_output is None else back([r.first_output])[0]
+    return replace(r, chunk_times=chunks, end=end, first_output=first)
 
 
 FIGURES = {"TTFT": lambda rs: [r.ttft for r in rs], "TPOT": lambda rs: [t for r in rs if (t := tpot(r))],

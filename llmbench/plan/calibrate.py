@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmbench.client_stalls import in_stalls
+from llmbench.client_stalls import waited
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
 from llmbench.plan.workload import sent_times
+from llmbench.steady_state import MATERIAL_MS, MATERIAL_SHARE
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Calibration:
     prefill_scale: float = 1.0  # the compute part's own factor (1: not fitted)
     residuals: tuple[tuple[str, float, float], ...] = ()  # per run: label, median TPOT and TTFT fitted/measured - 1
     seq_overhead: float = 0.0  # seconds per sequence in a step beyond the engine profile's (0: not fitted)
-    in_client_stalls: int = 0  # requests replayed but not fitted on: the client's own wait is in their timings
+    in_client_stalls: int = 0  # requests replayed but not fitted on: the client's own wait moved their timings
 
     @property
     def misfit(self) -> float:
@@ -62,8 +63,8 @@ class Calibration:
                 + ("; on its own runs the fit is off by " + ", ".join(
                     f"{label} TPOT {tpot:+.0%} TTFT {ttft:+.0%}" for label, tpot, ttft in self.residuals)
                    if len(self.residuals) > 1 else "")
-                + (f"; {self.in_client_stalls} request(s) in flight while the client itself stalled replayed, "
-                   "their timings not fitted on" if self.in_client_stalls else ""))
+                + (f"; {self.in_client_stalls} request(s) whose TTFT or TPOT the client's own stalls moved "
+                   "replayed, not fitted on" if self.in_client_stalls else ""))
 
     def apply(self, roof: RooflineModel) -> RooflineModel:
         return _fitted(roof, self.scale, roof.prefill_scale * self.prefill_scale, self.seq_overhead)
@@ -102,11 +103,21 @@ def _runs(folder: Path, count: int) -> list[tuple[str, object]]:
 
 
 def _marked(frame: pd.DataFrame, result: dict) -> pd.DataFrame:
-    """The run's records with `in_client_stall`: in flight while the client itself stalled (its rate JSON's
-    `client_stall_intervals`), so their timings hold the client's wait. They stay in every replay (the server
-    served them; their sends are when it received them) and out of every figure fitted on (`timed`)."""
+    """The run's records with `in_client_stall`: a request whose TTFT or TPOT the client's own stalls (its rate
+    JSON's `client_stall_intervals`) moved materially (10 % and 10 ms, as the run's stall note judges a
+    percentile). It stays in every replay (the server served it; its send is when the server received it) and
+    out of every figure fitted on (`timed`). A 120 ms stall inside a 200-token stream moves its TPOT by half a
+    millisecond: that request is fitted on."""
     stalls = result.get("client_stall_intervals") or []
-    return frame.assign(in_client_stall=in_stalls(frame["start"], frame["end"], stalls, frame.get("worker")))
+    workers = frame.get("worker")
+    first = frame["start"] + frame["ttft"].fillna(0.0)
+    ttft_wait = waited(frame["start"], first, stalls, workers)
+    tpot_wait = waited(first, frame["end"], stalls, workers) / np.maximum(frame["output_tokens"].fillna(1) - 1, 1)
+
+    def moved(wait: np.ndarray, value: pd.Series) -> np.ndarray:
+        return wait > np.maximum(MATERIAL_SHARE * (value.fillna(np.inf) - wait), MATERIAL_MS / 1000)
+
+    return frame.assign(in_client_stall=moved(ttft_wait, frame["ttft"]) | moved(tpot_wait, frame["tpot"]))
 
 
 def timed(ok: pd.DataFrame) -> pd.DataFrame:
