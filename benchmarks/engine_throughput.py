@@ -31,7 +31,7 @@ from engine.config import SamplingParams  # noqa: E402
 from engine.kernels import cpu_kernels  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from llmbench.datasets import sharegpt  # noqa: E402
-from llmbench.results import machine  # noqa: E402
+from llmbench.machine import machine  # noqa: E402
 
 
 def matmul_ceiling(dtype: str = "float32") -> float:

@@ -26,17 +26,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from llmbench.machine import describe_machine  # noqa: E402
 from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results, sent_times  # noqa: E402
-from llmbench.results import (  # noqa: E402
-    RunFiles,
-    describe_machine,
-    load_records,
-    load_results,
-    runs_by_rate,
-)
+from llmbench.results import RunFiles, load_records, load_results, runs_by_rate  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
 KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")

@@ -19,8 +19,9 @@ sys.path.insert(0, str(ROOT))
 
 from bundled.modelbuild import build_model  # noqa: E402
 from llmbench.arrivals import parse_rates  # noqa: E402
+from llmbench.machine import describe_machine  # noqa: E402
 from llmbench.plan.validate import self_check  # noqa: E402
-from llmbench.results import describe_machine, label_for, load_results  # noqa: E402
+from llmbench.results import label_for, load_results  # noqa: E402
 
 
 @click.command()

@@ -27,7 +27,7 @@ from engine.attention import prefill_attention  # noqa: E402
 from engine.config import SamplingParams  # noqa: E402
 from engine.kernels.kernel_timing import median_seconds  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from llmbench.results import machine  # noqa: E402
+from llmbench.machine import machine  # noqa: E402
 
 PATHS = ("tiled", "sdpa")
 

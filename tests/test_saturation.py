@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from llmbench import metrics, sweep
+from llmbench import metrics, saturation, sweep
 from llmbench.cli import main
 
 LONG = ("--dataset", "random", "--random-input-len", "16", "--random-output-len", "100",
@@ -26,8 +26,8 @@ def test_long_requests_that_keep_up_are_not_saturated(scripted, tmp_path, tiny_m
                *LONG, "--out", str(out), "--no-progress")
     assert r.exit_code == 0, r.output
     row = json.loads((out / "rate-8.json").read_text())
-    assert row["window_short"] is True and row["kept_up"] < sweep.KEPT_UP  # what the old rule called saturated
-    assert row["in_flight_growth"] >= sweep.IN_FLIGHT_GROWTH
+    assert row["window_short"] is True and row["kept_up"] < saturation.KEPT_UP  # what the old rule called saturated
+    assert row["in_flight_growth"] >= saturation.IN_FLIGHT_GROWTH
     assert row["saturated"] is None
     assert "too short to tell a ramp from a backlog" in r.output and "--duration 26" in r.output
     assert r.output.strip().splitlines()[-1].startswith("sustains 8 req/s per replica")
@@ -114,8 +114,8 @@ def test_a_backlog_that_a_higher_rate_kept_up_with_is_not_the_capacity(scripted,
                *short, "--out", str(out), "--no-progress")
     assert r.exit_code == 0, r.output
     first, second = (json.loads((out / f"rate-{rate}.json").read_text()) for rate in (20, 28))
-    assert first["kept_up"] < sweep.KEPT_UP and "rose" in first["backlog_passed"]  # what was called saturated
-    assert first["saturated"] is None and second["saturated"] is None and second["kept_up"] >= sweep.KEPT_UP
+    assert first["kept_up"] < saturation.KEPT_UP and "rose" in first["backlog_passed"]  # what was called saturated
+    assert first["saturated"] is None and second["saturated"] is None and second["kept_up"] >= saturation.KEPT_UP
     assert "28 req/s, measured later, kept up" in first["backlog_passed"]
     assert "backlog passed" in r.output and "20 req/s is not counted saturated" in r.output
     assert "saturated" not in (out / "summary.csv").read_text().splitlines()[1].split(",")[-2:]
@@ -128,7 +128,7 @@ def test_only_a_backlog_a_later_higher_rate_kept_up_with_passes():
             {"request_rate": 3, "saturated": "9 of 100 requests failed", "kept_up": 1.0},
             {"request_rate": 4, "saturated": backlog, "kept_up": 0.7},
             {"request_rate": 1, "saturated": None, "kept_up": 1.0}]  # lower, so it tells nothing of 2 or 4
-    assert sweep.passed_backlogs(rows) == []
+    assert saturation.passed_backlogs(rows) == []
     rows.append({"request_rate": 5, "saturated": None, "kept_up": 0.95})
-    assert [r["request_rate"] for r in sweep.passed_backlogs(rows)] == [2, 4]
+    assert [r["request_rate"] for r in saturation.passed_backlogs(rows)] == [2, 4]
     assert rows[1]["saturated"] == "9 of 100 requests failed"
