@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from llmbench import cli_options, gate_ratio
+from llmbench import cli_options, gate_ratio, gate_report
 from llmbench import gate as g
 
 
@@ -67,11 +67,11 @@ def gate_command(baseline, current, max_regression, confidence, update_baseline,
     except g.GateInputError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(2)
-    text = g.markdown(result)
+    text = gate_report.markdown(result)
     beside = Path(current) if Path(current).is_dir() else Path(current).parent
     summary, junit = Path(summary_path or beside / "gate-summary.md"), Path(junit_path or beside / "gate-junit.xml")
     summary.write_text(text)
-    junit.write_text(g.junit(result))
+    junit.write_text(gate_report.junit(result))
     click.echo(text)
     click.echo(f"summary: {summary}\njunit: {junit}")
     sys.exit(result.exit_code)

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmbench import gate as g
+from llmbench import gate_report
 from llmbench.cli import main
 
 
@@ -48,7 +49,7 @@ def test_small_runs_are_inconclusive_not_passed():
     assert checks["p99_ttft"].verdict == "inconclusive" and checks["p99_ttft"].detectable > 0.10
     assert checks["p99_ttft"].needed > 200 and checks["median_tpot"].verdict == "pass"
     assert result.exit_code == g.EXIT_INCONCLUSIVE
-    text = g.markdown(result)
+    text = gate_report.markdown(result)
     assert "⚠️ inconclusive" in text and "requests per run would detect 10%" in text
     result.allow_inconclusive = True
     assert result.exit_code == 0
@@ -142,7 +143,7 @@ def test_mismatch_warns():
     cur["rate-10"].model = "other-model"
     result = g.compare(base, cur, TOL)
     assert any("model differs" in w for w in result.warnings)
-    assert "model differs" in g.markdown(result)
+    assert "model differs" in gate_report.markdown(result)
 
 
 def test_bad_tolerances():
