@@ -230,7 +230,7 @@ def test_only_requests_a_stall_moved_materially_are_left_out_of_the_fit():
 def test_plan_quotes_a_repeated_rate_from_all_its_runs(tmp_path):
     """`plan --results` on a folder with a rate measured twice (`--append`): the figures it quotes for that rate
     are percentiles over both runs' requests, not the first run's own."""
-    from llmbench.plan.planner import measured_points
+    from llmbench.plan.measured import measured_points
     from llmbench.results import RunFiles, load_records, write_result
     from llmbench.slo import SLO
 

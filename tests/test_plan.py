@@ -10,8 +10,9 @@ from click.testing import CliRunner
 
 from llmbench.cli import main
 from llmbench.plan import gpus, models
+from llmbench.plan.measured import capacity_of
 from llmbench.plan.memory import GiB, plan_memory
-from llmbench.plan.planner import PlanError, measured_capacity
+from llmbench.plan.planner import PlanError
 from llmbench.plan.roofline import RooflineModel
 from llmbench.slo import SLO, SLOError, parse_slo
 
@@ -93,7 +94,7 @@ def test_measured_plan_from_scripted_sweep(scripted, tmp_path, tiny_model):
                                   "5,10,20", "--duration", "2", "--output-len", "8", "--out", str(out),
                                   "--no-progress"])
     assert r.exit_code == 0, r.output
-    cap = measured_capacity(out, SLO(ttft_ms=1000, tpot_ms=50))
+    cap = capacity_of(out, SLO(ttft_ms=1000, tpot_ms=50))
     assert cap["per_replica_rate"] == pytest.approx(20) and "lower bound" in cap["note"]
     r = CliRunner().invoke(main, ["plan", "--qps", "100", "--results", str(out), "--no-search"])
     assert r.exit_code == 1 and "which model did this sweep serve? pass --model" in r.output  # never assumed

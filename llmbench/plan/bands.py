@@ -90,12 +90,20 @@ def text(band: Band | float) -> str:
     return f"{low:+.0%}/{high:+.0%}"
 
 
-def band_text(figure: dict) -> str:
+def figure(name: str, value: float, unit: str, label: str, band: Band | float | None) -> dict:
+    """A figure of the plan, with its band as an interval where it has one."""
+    out = {"name": name, "value": value, "unit": unit, "label": label}
+    if band:
+        out["band"] = interval(value, band)
+    return out
+
+
+def band_text(shown: dict) -> str:
     """The band, or, wider than ±50 %, a plain warning: such a band says nothing a plan can rest on."""
-    if "band" not in figure:
+    if "band" not in shown:
         return "–"
-    low, high = figure["band"]
-    if figure["value"] and (high - low) / (2 * abs(figure["value"])) > WIDE_BAND:
+    low, high = shown["band"]
+    if shown["value"] and (high - low) / (2 * abs(shown["value"])) > WIDE_BAND:
         return "order of magnitude only — measure it"
     return f"{low:,.2f}–{high:,.2f}"
 

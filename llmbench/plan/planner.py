@@ -1,6 +1,6 @@
 """`llmbench plan`: the answer for a workload, an engine and GPUs, each figure labelled and banded.
 
-Layers: measured (a sweep's own SLO capacity), simulated (a discrete-event simulation of the engine's
+Layers: measured (a sweep's own SLO capacity, measured.py), simulated (a discrete-event simulation of the engine's
 scheduler driven by a step-time model, replica.py) and estimated (memory and the articles' formulas).
 Questions (request.py): GPUs for --qps, capacity under the SLO, latencies --at-rate or at --concurrency, and
 --max-throughput.
@@ -8,13 +8,10 @@ Questions (request.py): GPUs for --qps, capacity under the SLO, latencies --at-r
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
-
-from llmbench.plan import bands, gpus, search
+from llmbench.plan import bands, gpus, measured, search
 from llmbench.plan.replica import Replica, calibrated_replica, catalog_replica, fitted_replica
 from llmbench.plan.request import (
     DEFAULT_GPU,
@@ -25,10 +22,8 @@ from llmbench.plan.request import (
     replicas_for,
 )
 from llmbench.plan.workload import Workload
-from llmbench.slo import SLO, attainment_points, capacity, lower_rates
 
-__all__ = ["PlanError", "PlanRequest", "Replica", "catalog_replica", "make_plan", "measured_capacity",
-           "params_text", "replicas_for"]
+__all__ = ["PlanError", "PlanRequest", "Replica", "catalog_replica", "make_plan", "params_text", "replicas_for"]
 
 
 def _what_is_planned(req: PlanRequest, folder: Path | None, fitted: bool) -> tuple[PlanRequest, list[str]]:
@@ -71,72 +66,7 @@ def _served_config(folder: Path) -> str | None:
     return None
 
 
-# -- layer 1: measured --------------------------------------------------------------------------------
-def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
-    """Per finite measured rate: attainment of the SLO and the figures the plan quotes; and the records."""
-    from llmbench.results import load_records, load_results
-
-    results = [r for r in load_results(folder) if r.get("request_rate") != "inf"]
-    if not results:
-        raise PlanError(f"{folder}: no finite-rate results to plan from (run `llmbench sweep` first)")
-    frame = load_records(folder)
-    if frame.empty:
-        raise PlanError(f"{folder}: the results name no per-request records (*.records.jsonl), which the plan needs")
-    by_label = {r["label"]: r for r in results}
-    points = [p | _measured_figures([by_label[label] for label in p["runs"]], frame)
-              for p in attainment_points(results, frame, slo)]
-    return sorted(points, key=lambda p: p["rate"]), frame
-
-
-LATENCY_COLUMNS = {"ttft": "ttft", "tpot": "tpot", "e2el": "latency"}
-
-
-def _measured_figures(runs: list[dict], frame) -> dict:
-    """The figures the plan quotes for one measured rate: its result's, or for several runs of the rate
-    (`--append`) percentiles over their pooled requests and the mean of their throughputs."""
-    if len(runs) == 1:
-        keys = ("achieved_rate", "output_throughput") + tuple(
-            f"{stat}_{m}_ms" for m in LATENCY_COLUMNS for stat in ("median", "p99"))
-        return {k: runs[0].get(k) for k in keys}
-    rows = frame[frame["label"].isin([r["label"] for r in runs]) & frame["success"]]
-    rows = rows[~rows["warmup"].astype(bool)] if "warmup" in rows else rows
-    out = {k: float(np.mean([r[k] for r in runs if r.get(k) is not None] or [np.nan]))
-           for k in ("achieved_rate", "output_throughput")}
-    for metric, column in LATENCY_COLUMNS.items():
-        values = rows[column].dropna().to_numpy(dtype=float)
-        for stat, q in (("median", 50), ("p99", 99)):
-            out[f"{stat}_{metric}_ms"] = float(np.percentile(values, q) * 1000) if len(values) else None
-    return out
-
-
-def measured_capacity(folder: Path, slo: SLO) -> dict:
-    """The measured layer: the sweep's own answer (`per_replica_rate` None, with `missing` saying which
-    measurement would give one, when no rate met the SLO) and the figures the other layers reuse."""
-    points, frame = measured_points(folder, slo)
-    cap = capacity(points, slo)
-    ok = frame[frame["success"]]
-    out = {"per_replica_rate": cap.rate, "note": cap.note, "points": points,
-           "max_output_throughput": max(p["output_throughput"] for p in points),
-           "mean_output_tokens": float(ok["output_tokens"].mean()),
-           "mean_prompt_tokens": float(ok["prompt_len"].mean())}
-    if cap.rate is None:
-        low = points[0]
-        out["missing"] = (
-            f"the SLO ({slo.describe()}) is not met even at the lowest measured rate {low['rate']:g} req/s: "
-            f"only {low['attainment']:.1%} of requests met it (P99 TTFT {low['p99_ttft_ms']:.0f} ms, "
-            f"P99 TPOT {low['p99_tpot_ms']:.1f} ms). Measure lower rates (--rate {lower_rates(low['rate'])}) "
-            "or relax the SLO.")
-    return out
-
-
 # -- answers ------------------------------------------------------------------------------------------
-def _figure(name: str, value: float, unit: str, label: str, band: bands.Band | float | None) -> dict:
-    out = {"name": name, "value": value, "unit": unit, "label": label}
-    if band:
-        out["band"] = bands.interval(value, band)
-    return out
-
-
 def _latency_figures(point: dict, rep: Replica, band: dict | None = None) -> list[dict]:
     """Means and medians take the latency band, P90 and P99 the P99 one (`band`: the replica's at this load)."""
     band = band or rep.band
@@ -147,7 +77,7 @@ def _latency_figures(point: dict, rep: Replica, band: dict | None = None) -> lis
             key = f"{pct}_{metric}_ms"
             if key in point:
                 which = "p99" if pct in ("p90", "p99") else "latency"
-                figs.append(_figure(f"{name} {metric.upper()}", point[key], "ms", rep.label,
+                figs.append(bands.figure(f"{name} {metric.upper()}", point[key], "ms", rep.label,
                                     band.get(which, band["latency"])))
     return figs
 
@@ -155,8 +85,8 @@ def _latency_figures(point: dict, rep: Replica, band: dict | None = None) -> lis
 def _throughput_figures(point: dict, rep: Replica, per: str) -> list[dict]:
     """Completions over the whole simulated run, its drain after the last arrival included (as a benchmark
     divides), so at a rate the server keeps up with they come out below the rate offered."""
-    return [_figure(f"output tokens/s {per}", point["output_throughput"], "tok/s", rep.label, rep.band["throughput"]),
-            _figure(f"requests/s {per} (drain included)", point["request_throughput"], "req/s", rep.label,
+    return [bands.figure(f"output tokens/s {per}", point["output_throughput"], "tok/s", rep.label, rep.band["throughput"]),
+            bands.figure(f"requests/s {per} (drain included)", point["request_throughput"], "req/s", rep.label,
                     rep.band["throughput"])]
 
 
@@ -204,7 +134,7 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
         if not most:
             raise PlanError(f"even one request at a time misses {req.slo.describe()} on the simulated engine")
         b = bands.width(rep.band.get("p99", rep.band["latency"]))
-        figures.append(_figure("highest concurrency within the bound", most, "requests in flight", rep.label, None))
+        figures.append(bands.figure("highest concurrency within the bound", most, "requests in flight", rep.label, None))
         figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
         plan["simulated"] = {"point": point, "max_concurrency": most, "replicas": fleet}
         plan["answer"] = (f"one replica of {rep.tp} GPU(s) holds up to {most} requests in flight (closed loop) under "
@@ -233,14 +163,14 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
            "gpus_per_replica": rep.tp, "step_model": rep.how, "point": point,
            "client_overhead_s": setup.shape.client_overhead, "workload": setup.work.source,
            "mean_output_tokens": setup.work.mean_output}
-    figures.append(_figure("goodput per replica (SLO capacity)", rate, "req/s", rep.label, b))
+    figures.append(bands.figure("goodput per replica (SLO capacity)", rate, "req/s", rep.label, b))
     figures += _latency_figures(point, rep)
     if req.disaggregated:
         split = _disaggregated(req, rep, rate)
         plan["disaggregated"] = split
         if "ratio" in split:
-            figures.append(_figure("goodput per GPU, colocated", split["colocated_per_gpu"], "req/s", rep.label, b))
-            figures.append(_figure(f"goodput per GPU, prefill/decode pools ({split['prefill_gpu_share']:.0%} "
+            figures.append(bands.figure("goodput per GPU, colocated", split["colocated_per_gpu"], "req/s", rep.label, b))
+            figures.append(bands.figure(f"goodput per GPU, prefill/decode pools ({split['prefill_gpu_share']:.0%} "
                                    "prefill)" if split["prefill_gpu_share"] is not None else
                                    "goodput per GPU, prefill/decode pools", split["disaggregated_per_gpu"], "req/s",
                                    rep.label, b))
@@ -293,11 +223,11 @@ def make_plan(req: PlanRequest) -> dict:
         from llmbench.plan.workload import from_results
 
         work = req.workload or from_results(folder)
-        cap = measured_capacity(folder, req.slo)
+        cap = measured.capacity_of(folder, req.slo)
         rep = fitted_replica(req, work, folder)
         req, said = _what_is_planned(req, folder, rep is not None)
         plan["estimates"] += said
-        _measured_layer(req, plan, cap)
+        measured.layer(req, plan, cap)
         rep = rep or calibrated_replica(req, work)
         start = cap["per_replica_rate"] or cap["points"][0]["rate"]
     else:
@@ -317,7 +247,7 @@ def make_plan(req: PlanRequest) -> dict:
     if rep.memory:
         plan["memory"] = rep.memory
         if "kv_gib_per_gpu" in rep.memory:
-            plan["figures"].append(_figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", "estimated",
+            plan["figures"].append(bands.figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", "estimated",
                                            rep.band.get("memory")))
     plan["estimates"] += rep.notes
     if "bundled tokenizer" in work.source and req.model and not Path(req.model).exists():
@@ -330,8 +260,8 @@ def make_plan(req: PlanRequest) -> dict:
             raise PlanError(f"{cap['missing']} (simulated: {err})") from None
         raise
     if folder and req.mode == "at-rate":
-        _measured_at_rate(plan, cap, req.at_rate)
-    _disagreement(plan)
+        measured.at_rate(plan, cap, req.at_rate)
+    measured.disagreement(plan)
     if "measured" in plan and req.mode == "qps":
         m = plan["measured"]
         plan["answer"] = (f"{m['gpus']} GPUs ({m['replicas']} replicas) for {req.qps:g} QPS under "
@@ -342,55 +272,6 @@ def make_plan(req: PlanRequest) -> dict:
         _replicas_of_fleet(req, rep) * rep.tp)
     _costs(plan, req, gpus_total, work, priced=rep.label != "simulated (fitted)")
     return plan
-
-
-def _disagreement(plan: dict) -> None:
-    """Measured and simulated per-replica rates that disagree beyond the simulated band: said, and the
-    measured one is the answer (it already is: the simulation only fills in what was not measured)."""
-    measured, sim = plan.get("measured") or {}, plan.get("simulated") or {}
-    rate, band = measured.get("per_replica_rate"), sim.get("per_replica_rate_band")
-    if rate is None or not band or band[0] <= rate <= band[1]:
-        return
-    plan["disagreement"] = {"measured": rate, "simulated": sim["per_replica_rate"], "simulated_band": band}
-    plan["estimates"].insert(0, (
-        f"measured {rate:.3g} req/s per replica is outside the simulated band [{band[0]:.3g}–{band[1]:.3g}] "
-        f"(simulated {sim['per_replica_rate']:.3g}, x{sim['per_replica_rate'] / rate:.2g} the measurement): the "
-        "measured figure is the answer; the simulation does not describe this server (check --model, --gpu, "
-        "--engine)"))
-
-
-def _measured_at_rate(plan: dict, cap: dict, rate: float) -> None:
-    """The figures measured at the rate asked about, beside the prediction."""
-    point = next((p for p in cap["points"] if abs(p["rate"] - rate) <= 0.01 * rate), None)
-    if point is None:
-        rates = ", ".join(f"{p['rate']:g}" for p in cap["points"])
-        plan["estimates"].append(f"nothing was measured at {rate:g} req/s (measured: {rates})")
-        return
-    plan["measured"] = {"point": point}
-    for key in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2el_ms", "p99_e2el_ms"):
-        if point.get(key) is not None:
-            pct, metric = key.split("_")[0], key.split("_")[1]
-            plan["figures"].append(_figure(f"{'P50' if pct == 'median' else pct.upper()} {metric.upper()}",
-                                           point[key], "ms", "measured", None))
-
-
-def _measured_layer(req: PlanRequest, plan: dict, cap: dict) -> None:
-    if cap["per_replica_rate"] is None or req.mode not in ("qps", "capacity"):
-        return
-    per_replica = req.gpus_per_replica or 1
-    plan["measured"] = {**cap, "gpus_per_replica": per_replica}
-    plan["figures"].append(_figure("goodput per replica (SLO capacity)", cap["per_replica_rate"], "req/s",
-                                   "measured", None))
-    if req.qps is not None:
-        replicas = replicas_for(req.qps, cap["per_replica_rate"], req.burst_headroom, req.spares)
-        plan["measured"] |= {"replicas": replicas, "gpus": replicas * per_replica}
-        per_gpu = cap["max_output_throughput"] / per_replica
-        plan["article_formulas"] = {
-            "throughput_formula_gpus": math.ceil(req.qps * cap["mean_output_tokens"] / per_gpu * 1.5),
-            "throughput_formula": "GPUs = peak QPS x mean output tokens / per-GPU output tokens/s x 1.5",
-            "per_gpu_output_tokens_per_s": per_gpu}
-    else:
-        plan["answer"] = f"one replica sustains {cap['per_replica_rate']:.2f} req/s under {req.slo.describe()}, measured"
 
 
 def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload, priced: bool = True) -> None:
