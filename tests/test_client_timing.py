@@ -137,3 +137,18 @@ def test_a_locust_workers_stall_is_charged_to_its_own_requests_only():
     assert "in worker-1" in note and "SLO met by 99.2% as timed, 100.0% without the wait" in note
     as_one = client_stalls.spanning(mine + other, stalls["worker-1"])  # one process: both requests 50 touched
     assert sorted(r.worker for r in as_one) == ["worker-0", "worker-1"]
+
+
+def test_the_reports_timeline_shades_the_clients_stalls():
+    """Where the client stalled, its time stamps are when the stall ended: the report's client view shades those
+    spans (one process's list, or each Locust worker's), and draws none where there were none."""
+    import pandas as pd
+
+    from llmbench.report import plots
+
+    records = pd.DataFrame({"start": [0.0, 1.0, 2.0], "end": [1.5, 2.5, 3.0], "success": [True] * 3})
+    chunks = [[0.5, 1.0], [1.5, 2.0]]
+    for stalls in ([[1.0, 1.4]], {"worker-0": [[1.0, 1.4]], "worker-1": []}):
+        assert "client stalled" in plots.timeline(records, pd.DataFrame(), chunks, "rate-1", stalls)
+    for stalls in (None, [], {"worker-0": []}):
+        assert "client stalled" not in plots.timeline(records, pd.DataFrame(), chunks, "rate-1", stalls)

@@ -158,8 +158,8 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
             if sub.empty:
                 continue
             chunks = _chunk_times(folder, r)
-            timelines.append({"label": r["label"], "svg": plots.timeline(sub, load_server_metrics(folder, r["label"]),
-                                                                           chunks, r["label"])})
+            timelines.append({"label": r["label"], "svg": plots.timeline(
+                sub, load_server_metrics(folder, r["label"]), chunks, r["label"], r.get("client_stall_intervals"))})
         warnings = [w for r in results if (w := tail_warning(r, slos, slo.attainment))]
         sections.append({
             "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos, metrics),

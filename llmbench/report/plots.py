@@ -108,8 +108,10 @@ def cdfs(records: pd.DataFrame) -> str:
     return _svg(fig)
 
 
-def timeline(records: pd.DataFrame, server: pd.DataFrame, chunk_times: list[list[float]], title: str) -> str:
-    """In-flight requests and output tokens/s over the run, and the server's queues and KV usage."""
+def timeline(records: pd.DataFrame, server: pd.DataFrame, chunk_times: list[list[float]], title: str,
+             stalls: list | dict | None = None) -> str:
+    """In-flight requests and output tokens/s over the run, and the server's queues and KV usage; shaded where
+    the client itself stalled (`client_stall_intervals`: its time stamps there are when the stall ended)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), layout="constrained")
     ok = records[records["success"]]
     end = float(max(records["end"].max(), 1.0))
@@ -121,6 +123,9 @@ def timeline(records: pd.DataFrame, server: pd.DataFrame, chunk_times: list[list
     per_second = np.bincount(times.astype(int), minlength=int(end) + 1) if times.size else np.zeros(1)
     ax2 = axes[0].twinx()
     ax2.plot(np.arange(per_second.size) + 0.5, per_second, color=COLORS[1], label="chunks/s (≈ tokens/s)")
+    spans = [span for some in (stalls.values() if isinstance(stalls, dict) else [stalls or []]) for span in some]
+    for i, (start, stop) in enumerate(spans):
+        axes[0].axvspan(start, stop, color=COLORS[3], alpha=0.3, label="client stalled" if i == 0 else None)
     axes[0].set_xlabel("seconds")
     axes[0].set_ylabel("requests")
     ax2.set_ylabel("chunks/s")
