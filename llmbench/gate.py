@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from llmbench import client_stalls
 from llmbench.metrics import output_tokens, tpot
 from llmbench.records import read_records
 from llmbench.results import label_for, result_files
@@ -42,6 +43,7 @@ class Run:
     duration: float | None = None
     model: str | None = None
     dataset: str | None = None
+    without_stalls: dict[str, np.ndarray] | None = None  # the samples with the client's own stalls taken out
 
 
 def parse_tolerances(text: str | None) -> dict[str, float]:
@@ -109,10 +111,21 @@ def _from_folder(folder: Path) -> dict[str, Run]:
         if path.is_file():
             records = [r for r in read_records(path) if not r.warmup and r.success]
             run.samples = samples(records)
+            run.without_stalls = _without_stalls(records, data.get("client_stall_intervals"))
         runs[data.get("label") or _label(data)] = run
     if not runs:
         raise GateInputError(f"{folder}: no results in this folder")
     return runs
+
+
+def _without_stalls(records: list, stalls: list | dict | None) -> dict[str, np.ndarray] | None:
+    """The run's samples with the client's own stalls taken out of the requests they touched (None where none
+    did): the smallest latencies the server can have given (client_stalls.without_stalls)."""
+    hit = {id(r) for r in client_stalls.spanning(records, stalls)} if stalls else set()
+    if not hit:
+        return None
+    own = client_stalls.by_worker(stalls)
+    return samples([client_stalls.without_stalls(r, own.get(r.worker, [])) if id(r) in hit else r for r in records])
 
 
 def samples(records) -> dict[str, np.ndarray]:
@@ -187,6 +200,7 @@ class Check:
     method: str  # bootstrap | threshold-only
     detectable: float | None = None  # the smallest regression these run sizes could call significant
     needed: int | None = None  # requests per run that would detect the tolerance, when it is not detectable now
+    why: str | None = None  # what made the check inconclusive, where not the run sizes
 
 
 def statistic(name: str, samples: dict[str, np.ndarray], duration: float | None, idx=None) -> float | None:
@@ -217,6 +231,30 @@ def summary_value(name: str, metrics: dict) -> float | None:
 
 def compare_one(label: str, name: str, base: Run, cur: Run, tolerance: float, confidence: float,
                 rounds: int, rng: np.random.Generator) -> Check:
+    """The check as timed; where the client's own stalls touched either run, the same check with them taken out
+    too: a regression that only one of the two shows rests on the client's wait (a P99 set by requests the client
+    itself held up), so the check is inconclusive instead of failing or passing CI on it."""
+    check = _check(label, name, base, cur, tolerance, confidence, rounds, rng)
+    if check.method != "bootstrap" or name in THROUGHPUTS or not (base.without_stalls or cur.without_stalls):
+        return check
+    clean = _check(label, name, _waitless(base, name), _waitless(cur, name), tolerance, confidence, rounds, rng)
+    if (check.verdict == "regression") == (clean.verdict == "regression"):
+        return check
+    timed = "a regression as timed, none" if check.verdict == "regression" else "no regression as timed, one"
+    return replace(check, verdict="inconclusive", needed=None, why=(
+        f"{timed} with the client's own stalls taken out ({clean.change:+.1%}): the client's wait decides it; "
+        "measure again"))
+
+
+def _waitless(run: Run, name: str) -> Run:
+    if run.without_stalls is None:
+        return run
+    value = statistic(name, run.without_stalls, run.duration)
+    return replace(run, metrics={**run.metrics, f"{name}_ms": value}, samples=run.without_stalls)
+
+
+def _check(label: str, name: str, base: Run, cur: Run, tolerance: float, confidence: float,
+           rounds: int, rng: np.random.Generator) -> Check:
     lower_better = name not in THROUGHPUTS
     b, c = summary_value(name, base.metrics), summary_value(name, cur.metrics)
     if b is None or c is None:
