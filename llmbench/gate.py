@@ -159,8 +159,11 @@ def _from_result(data: dict) -> Run:
 
 
 def _from_baseline(label: str, run: dict, data: dict) -> Run:
-    samples = {k: np.asarray(v, dtype=float) for k, v in (run.get("samples") or {}).items()}
-    return Run(label, run["metrics"], samples, run.get("duration"), data.get("model"), data.get("dataset"))
+    def arrays(key: str) -> dict[str, np.ndarray] | None:
+        return {k: np.asarray(v, dtype=float) for k, v in run[key].items()} if run.get(key) else None
+
+    return Run(label, run["metrics"], arrays("samples") or {}, run.get("duration"), data.get("model"),
+               data.get("dataset"), arrays("samples_without_stalls"))
 
 
 def write_baseline(runs: dict[str, Run], path: Path | str, seed: int = 0) -> Path:
@@ -171,19 +174,26 @@ def write_baseline(runs: dict[str, Run], path: Path | str, seed: int = 0) -> Pat
     out = {"format": BASELINE_FORMAT, "model": None, "dataset": None, "runs": {}}
     for label, run in runs.items():
         out["model"], out["dataset"] = run.model, run.dataset
-        samples = {}
-        for name, values in run.samples.items():
-            if values.size > MAX_SAMPLES:
-                values = rng.choice(values, MAX_SAMPLES, replace=False)
-            samples[name] = [round(float(v), 1) for v in values]
+        samples = _kept(run.samples, rng)
         scale = (len(samples.get("tokens", [])) / run.samples["tokens"].size) if "tokens" in run.samples and \
             run.samples["tokens"].size else 1.0
         out["runs"][label] = {"metrics": {k: run.metrics.get(k) for k in keep if k in run.metrics},
                               "samples": samples, "duration": (run.duration or 0) * scale}
+        if run.without_stalls:
+            out["runs"][label]["samples_without_stalls"] = _kept(run.without_stalls, rng)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     return path
+
+
+def _kept(samples: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, list[float]]:
+    out = {}
+    for name, values in samples.items():
+        if values.size > MAX_SAMPLES:
+            values = rng.choice(values, MAX_SAMPLES, replace=False)
+        out[name] = [round(float(v), 1) for v in values]
+    return out
 
 
 # -- comparing ----------------------------------------------------------------------------------------

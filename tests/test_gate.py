@@ -191,5 +191,8 @@ def test_a_regression_only_the_clients_own_stall_shows_fails_no_one(tmp_path):
     text = gate_report.markdown(said)
     assert "the load generator itself stalled" in text and "run sizes" not in text
     assert "inconclusive: a regression as timed" in gate_report.junit(said)
+    kept = g.load_runs(g.write_baseline(g.load_runs(tmp_path / "said"), tmp_path / "said.json"))
+    assert kept["rate-10"].without_stalls is not None  # a baseline written from it keeps both readings
+    assert {c.metric: c.verdict for c in g.compare(base, kept, tol).checks}["p99_ttft"] == "inconclusive"
     worse = g.compare(base, g.load_runs(_folder(tmp_path / "worse", 2, (20.0, 22.0), scale=1.5)), tol)
     assert {c.metric: c.verdict for c in worse.checks}["p99_ttft"] == "regression" and worse.exit_code == 1
