@@ -18,7 +18,7 @@ from llmbench import client, client_stalls, metrics
 from llmbench.datasets import Request
 from llmbench.records import RecordWriter, RequestRecord
 from llmbench.results import RunFiles
-from llmbench.scrape import Scraper, spec_decode_summary
+from llmbench.scrape import Scraper, last_step, spec_decode_summary
 
 TOKEN_DISAGREEMENT = 0.02  # median |server - client| / client prompt tokens above this is said
 DEAD_TARGET_FAILURES = 10  # consecutive connection failures that end a run early
@@ -105,14 +105,15 @@ class Run:
             await self._open_connections()
             if cfg.warmup:
                 await self._warmup()
+            steps_out = self.files.engine_steps if self.files and cfg.scrape else None
+            seen = await last_step(session, cfg.base_url.rstrip("/"), self.headers) if steps_out else -1
             self.t0 = time.perf_counter()
             watch = client_stalls.Watch(self.t0)
             watch.start()
             scraper = None
             if cfg.scrape:
                 scraper = Scraper(session, cfg.base_url.rstrip("/"), self.files.server_metrics if self.files else None,
-                                  self.t0, steps_out=self.files.engine_steps if self.files else None,
-                                  headers=self.headers)
+                                  self.t0, steps_out=steps_out, headers=self.headers, last_step=seen)
                 scraper.start()
             progress = asyncio.create_task(self._progress()) if self.on_progress else None
             tasks = []

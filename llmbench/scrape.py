@@ -40,6 +40,21 @@ def parse(text: str) -> dict[str, float]:
     return values
 
 
+async def last_step(session: aiohttp.ClientSession, base_url: str, headers: dict | None = None) -> int:
+    """The index of the bundled engine's latest step (-1: none, or not the bundled engine). Asked before a run's
+    clock starts, so the run records only its own steps: from -1, a sweep's second rate fetched the ring buffer's
+    4,096 steps of the first in one answer (each rate's steps file held the rates before it, a fit on some rates saw
+    the others' steps) and decoding them stopped the client's loop ~120 ms into every window after the first."""
+    try:
+        async with session.get(base_url + "/v1/engine/steps", params={"since": str(2**62)}, headers=headers,
+                               timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            totals = (await resp.json()).get("totals") if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+        return -1
+    steps = totals.get("steps") if isinstance(totals, dict) else None
+    return int(steps) - 1 if isinstance(steps, int | float) else -1
+
+
 class Scraper:
     """Every `interval` seconds: GET /metrics, parse, append {t, ...} to a JSONL file and to `points`.
 
@@ -47,7 +62,8 @@ class Scraper:
     `steps_out` as they appear, for step-time calibration by `llmbench plan`."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, out: Path | None, t0: float,
-                 interval: float = 1.0, steps_out: Path | None = None, headers: dict | None = None) -> None:
+                 interval: float = 1.0, steps_out: Path | None = None, headers: dict | None = None,
+                 last_step: int = -1) -> None:
         self.session, self.url, self.out, self.t0, self.interval = session, base_url + "/metrics", out, t0, interval
         self.steps_url, self.steps_out = base_url + "/v1/engine/steps", steps_out
         self.headers = headers  # the run's API key: a keyed server guards /metrics too
@@ -56,7 +72,7 @@ class Scraper:
         self.available = True
         self.steps_available = steps_out is not None
         self.write_error: str | None = None
-        self.last_step = -1
+        self.last_step = last_step  # steps up to this index were the engine's before this run
         self._task: asyncio.Task | None = None
 
     async def _loop(self) -> None:

@@ -159,6 +159,10 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
                                   "--duration", str(max(6.0, 30 / rates[0])), "--out", str(out), "--seed", "0"])
     assert r.exit_code == 0, r.output
     labels = [f"rate-{rate:g}" for rate in rates]
+    from llmbench.results import load_engine_steps
+
+    indices = [[s["index"] for s in load_engine_steps(out, label)] for label in labels]
+    assert all(indices) and all(max(a) < min(b) for a, b in zip(indices, indices[1:], strict=False))  # its own steps
     rows = self_check(out, labels[0::2], labels[1::2])
     for row in rows:
         print(row)
