@@ -170,6 +170,33 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
         assert abs(row["error_p99_tpot_ms"]) < 0.6 and abs(row["error_p99_ttft_ms"]) < 1.0
 
 
+def test_self_check_pools_the_runs_of_a_rate(tmp_path):
+    """`sweep --append` runs of one rate are one measurement: their requests pooled, each run replayed."""
+    from llmbench.plan.validate import self_check
+    from llmbench.results import load_records
+
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE, folder)
+    result = json.loads((folder / "rate-2.json").read_text())
+    result.update(label="rate-1-run2", records_file="rate-1-run2.records.jsonl", request_rate=1.0)
+    (folder / "rate-2.json").unlink()
+    (folder / "rate-1-run2.json").write_text(json.dumps(result))
+    for kind in ("records", "engine_steps", "server_metrics"):
+        (folder / f"rate-2.{kind}.jsonl").rename(folder / f"rate-1-run2.{kind}.jsonl")
+    fit_on, alone = ["rate-0.5", "rate-1.5"], {}
+    for label in ("rate-1", "rate-2"):
+        alone[label] = self_check(EXAMPLE, fit_on, [label])[0]
+    pooled = self_check(folder, fit_on, ["rate-1"])[0]
+    assert pooled["runs"] == 2 and alone["rate-1"]["runs"] == 1
+    ttft = np.concatenate([load_records(EXAMPLE, label).query("success")["ttft"] for label in alone])
+    assert pooled["measured_p99_ttft_ms"] == pytest.approx(np.percentile(ttft, 99) * 1000)
+    for side in ("measured", "simulated"):
+        one, two = sorted(alone[label][f"{side}_output_throughput"] for label in alone)
+        assert one < pooled[f"{side}_output_throughput"] < two  # tokens over seconds, both runs' summed
+    low, high = pooled["range_p99_tpot_ms"]
+    assert low <= 0 <= high
+
+
 def test_self_check_names_a_missing_rate(tmp_path):
     from llmbench.plan.validate import self_check
 

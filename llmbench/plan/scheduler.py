@@ -129,12 +129,13 @@ class Scheduler:
             budget -= n
         return budget
 
-    def fast_forward(self, model: StepModel, now: float, next_arrival: float, bulk: list[np.ndarray]
-                     ) -> float | None:
+    def fast_forward(self, model: StepModel, now: float, next_arrival: float, bulk: list[np.ndarray],
+                     speed: float = 1.0) -> float | None:
         """Run in one go the decode-only steps in which nothing but the contexts changes: every running request
         decodes, none finishes, no waiting one can join, no block runs short and no request arrives. These
         are most steps of a long-output workload; stepping them one by one costs a Python loop per token.
-        Returns the clock after them, None when there were none to run."""
+        `next_arrival` is also where the step-time factor `speed` may change. Returns the clock after them, None
+        when there were none to run."""
         running, shape = self.running, self.shape
         batch = len(running)
         if not batch or batch > shape.max_num_batched_tokens:
@@ -150,7 +151,7 @@ class Scheduler:
         if sum(self.blocks_for(r, steps) for r in running) > self.free:
             return None
         context = sum(r.computed for r in running) + batch
-        times = np.array([model.step_time(0, batch, context + j * batch) for j in range(steps)])
+        times = speed * np.array([model.step_time(0, batch, context + j * batch) for j in range(steps)])
         ends = now + np.cumsum(times)
         steps = min(steps, int(np.searchsorted(ends[:-1], next_arrival, side="left")) + 1)
         if steps < 2:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmbench.plan.drift import SpeedTrace
 from llmbench.plan.scheduler import EngineShape, Request, Scheduler, StepModel
 
 PERCENTILES = (50, 90, 99)
@@ -82,10 +83,11 @@ class SimResult:
 
 def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarray, model: StepModel,
              shape: EngineShape, concurrency: int | None = None, max_steps: int = 3_000_000,
-             fast_forward: bool = True) -> SimResult:
+             fast_forward: bool = True, drift: SpeedTrace | None = None) -> SimResult:
     """Open loop (`arrivals` in seconds) or closed loop (`concurrency` requests in flight, each next one
     sent when one finishes, like a fixed-concurrency benchmark). `fast_forward=False` steps every decode
-    one by one: the same answer, slower (the reference the fast path is tested against)."""
+    one by one: the same answer, slower (the reference the fast path is tested against). `drift` multiplies
+    each step's time by its window's factor (tail term `speed drift`)."""
     if concurrency is not None:
         arrivals = np.zeros(len(prompts))
     reqs = [Request(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
@@ -108,8 +110,10 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 break
             now = pending[0].arrival
             continue
+        speed = drift.factor(now) if drift else 1.0
         if fast_forward and k == 1:
-            end = rep.fast_forward(model, now, pending[0].arrival if pending else math.inf, bulk)
+            until = min(pending[0].arrival if pending else math.inf, drift.window_end(now) if drift else math.inf)
+            end = rep.fast_forward(model, now, until, bulk, speed)
             if end is not None:
                 now = end
                 continue
@@ -129,7 +133,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 prefill_seqs += 1
                 cached += r.computed
                 pairs += n * (r.computed + n / 2)  # causal attention within its own prompt only
-        now += model.step_time(prefill, decode, context, cached, prefill_seqs, pairs)
+        now += speed * model.step_time(prefill, decode, context, cached, prefill_seqs, pairs)
         decodes += prefill == 0
         deliver = decodes % k == 0 or prefill > 0
         for r, n in batch:

@@ -1,0 +1,83 @@
+"""Tail term `speed drift`: the fitted engine's slow and fast seconds, measured window by window from its own
+steps and replayed in the simulator as a block bootstrap."""
+
+import numpy as np
+import pytest
+
+from llmbench.plan.drift import SpeedDrift, fit_drift
+from llmbench.plan.scheduler import EngineShape
+from llmbench.plan.simulator import simulate
+
+
+class _Flat:
+    """10 ms a decode step, 1 ms a prefill token."""
+
+    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0,
+                  prefill_pairs=None):
+        return prefill_tokens * 1e-3 + (decode_seqs > 0) * 0.01
+
+
+def _steps(durations: list[float], start: float = 1000.0) -> list[dict]:
+    """Back-to-back decode steps of one sequence; `time` is each step's end, as the engine records it."""
+    out, now = [], start
+    for d in durations:
+        now += d
+        out.append({"time": now, "step_seconds": d, "num_prefill_tokens": 0, "num_decode_tokens": 1, "num_seqs": 1,
+                    "num_context_tokens": 100})
+    return out
+
+
+def test_each_window_holds_the_measured_over_the_fitted_time():
+    # 10 s at the model's speed, 5 s twice as slow, 10 s at speed again; then an idle gap and 3 s more
+    run = _steps([0.01] * 1000 + [0.02] * 250 + [0.01] * 1000)
+    run += _steps([0.01] * 300, start=run[-1]["time"] + 7.5)
+    drift = fit_drift([run], _Flat())
+    ratios = np.array(drift.runs[0])
+    assert len(ratios) == 25 + 3 + 1  # the idle seconds hold no window; a window straddling the gap keeps its steps
+    assert ratios[:9] == pytest.approx(1.0) and ratios[11:14] == pytest.approx(2.0)  # a boundary window may mix
+    assert ratios[16:] == pytest.approx(1.0) and all(1.0 <= r <= 2.0 + 1e-9 for r in ratios)
+    assert fit_drift([[]], _Flat()) is None
+
+
+def test_a_trace_replays_blocks_of_consecutive_windows_from_one_run():
+    drift = SpeedDrift(((1.0, 2.0, 3.0, 4.0, 5.0, 6.0), (10.0, 20.0, 30.0)), window=0.5, block=3)
+    trace = drift.trace(7)
+    factors = [trace.factor(0.5 * i + 0.01) for i in range(60)]
+    for i in range(0, 60, 3):
+        block = factors[i:i + 3]
+        assert block in ([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], [3.0, 4.0, 5.0], [4.0, 5.0, 6.0], [10.0, 20.0, 30.0])
+    assert trace.window_end(1.2) == 1.5
+    assert [drift.trace(7).factor(0.5 * i) for i in range(60)] == factors  # a seed is one trace, however asked
+
+
+@pytest.mark.parametrize("concurrency", [None, 16])
+def test_fast_forward_gives_the_step_by_step_answer_under_drift(concurrency):
+    rng = np.random.default_rng(2)
+    n = 100
+    prompts, outputs = rng.integers(20, 600, n), rng.integers(1, 300, n)
+    arrivals = None if concurrency else np.cumsum(rng.exponential(1 / 4, n))
+    drift = SpeedDrift((tuple(rng.uniform(0.7, 1.8, 40)),), window=0.25, block=4)
+    shape = EngineShape(64, 1024, 10**6, 16)
+    fast = simulate(arrivals, prompts, outputs, _Flat(), shape, concurrency, drift=drift.trace(3))
+    slow = simulate(arrivals, prompts, outputs, _Flat(), shape, concurrency, fast_forward=False, drift=drift.trace(3))
+    for name in ("ttft", "tpot_all", "e2el"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-9)
+    plain = simulate(arrivals, prompts, outputs, _Flat(), shape, concurrency)
+    assert not np.allclose(fast.e2el, plain.e2el)
+
+
+def test_a_slow_spell_sets_the_p99_tpot_and_an_even_speed_changes_nothing():
+    rng = np.random.default_rng(5)
+    n = 300
+    prompts, outputs = rng.integers(20, 300, n), rng.integers(50, 300, n)
+    arrivals = np.cumsum(rng.exponential(1 / 2, n))
+    shape = EngineShape(64, 1024, 10**6, 16)
+    plain = simulate(arrivals, prompts, outputs, _Flat(), shape)
+    even = simulate(arrivals, prompts, outputs, _Flat(), shape, drift=SpeedDrift(((1.0,) * 30,)).trace(0))
+    np.testing.assert_allclose(even.tpot_all, plain.tpot_all, rtol=1e-9)
+    spells = SpeedDrift(((1.0,) * 18 + (2.5,) * 6,))  # a quarter of the time 2.5x slower, in 6 s spells
+    slow = [simulate(arrivals, prompts, outputs, _Flat(), shape, drift=spells.trace(seed)).summary()
+            for seed in range(5)]
+    p99 = plain.summary()["p99_tpot_ms"]
+    assert min(s["p99_tpot_ms"] for s in slow) > 1.3 * p99 and np.median([s["p99_tpot_ms"] for s in slow]) > 1.6 * p99
+    assert np.median([s["median_tpot_ms"] for s in slow]) < np.median([s["p99_tpot_ms"] for s in slow]) / 1.5
