@@ -81,3 +81,34 @@ def test_a_slow_spell_sets_the_p99_tpot_and_an_even_speed_changes_nothing():
     p99 = plain.summary()["p99_tpot_ms"]
     assert min(s["p99_tpot_ms"] for s in slow) > 1.3 * p99 and np.median([s["p99_tpot_ms"] for s in slow]) > 1.6 * p99
     assert np.median([s["median_tpot_ms"] for s in slow]) < np.median([s["p99_tpot_ms"] for s in slow]) / 1.5
+
+
+def test_a_plan_fitted_on_runs_of_different_speeds_says_so(tmp_path):
+    """`plan --results` on the bundled engine's steps: where the same work cost much more in one run than in
+    another, no model of load explains it, and the plan's P99s are no finer than that."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from llmbench.plan.drift import run_speeds
+    from llmbench.plan.fit import fit_steps
+    from llmbench.plan.replica import fitted_replica
+    from llmbench.plan.request import PlanRequest
+    from llmbench.plan.workload import from_results
+    from llmbench.results import load_engine_steps
+    from llmbench.slo import SLO
+
+    example = Path(__file__).resolve().parents[1] / "reports" / "example"
+    quiet = fitted_replica(PlanRequest(slo=SLO()), from_results(example), example)
+    assert quiet is not None and not any("from one run to the next" in n for n in quiet.notes)
+    folder = tmp_path / "example"
+    shutil.copytree(example, folder)
+    path = folder / "rate-2.engine_steps.jsonl"
+    steps = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(s | {"step_seconds": 1.6 * s["step_seconds"]}) + "\n" for s in steps))
+    runs = [load_engine_steps(folder, f"rate-{r}") for r in ("0.5", "1", "1.5", "2", "2.5", "3")]
+    speeds = run_speeds(runs, fit_steps([s for run in runs for s in run]))
+    assert max(speeds) / min(speeds) > 1.4
+    noisy = fitted_replica(PlanRequest(slo=SLO()), from_results(folder), folder)
+    said = [n for n in noisy.notes if "from one run to the next" in n]
+    assert said and f"x{max(speeds):.2f}" in said[0]

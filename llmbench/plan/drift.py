@@ -63,13 +63,35 @@ class SpeedTrace:
         return (max(int(now // self.drift.window), 0) + 1) * self.drift.window
 
 
+def _rows(steps: list[dict]) -> list[dict]:
+    return [s for s in steps if s["step_seconds"] > 0 and s["num_prefill_tokens"] + s["num_decode_tokens"] > 0]
+
+
+def _modelled(s: dict, model: StepModel) -> float:
+    seqs = max(s.get("num_seqs", 0) - s["num_decode_tokens"], int(s["num_prefill_tokens"] > 0))
+    return model.step_time(s["num_prefill_tokens"], s["num_decode_tokens"], s.get("num_context_tokens", 0),
+                           prefill_seqs=seqs)
+
+
+def run_speeds(runs: list[list[dict]], model: StepModel) -> list[float]:
+    """Each run's measured step time over what `model` gives its steps (runs without steps left out): how far
+    the same work's cost moved from run to run, which no model of load explains."""
+    speeds = []
+    for steps in runs:
+        rows = _rows(steps)
+        modelled = sum(_modelled(s, model) for s in rows)
+        if modelled > 0:
+            speeds.append(sum(s["step_seconds"] for s in rows) / modelled)
+    return speeds
+
+
 def fit_drift(runs: list[list[dict]], model: StepModel, window: float = WINDOW_S, block: int = BLOCK_WINDOWS
               ) -> SpeedDrift | None:
     """Each run's steps (the bundled engine's statistics, in time order) against `model`, window by window;
     None when no run has a whole window of steps."""
     ratios = []
     for steps in runs:
-        rows = [s for s in steps if s["step_seconds"] > 0 and s["num_prefill_tokens"] + s["num_decode_tokens"] > 0]
+        rows = _rows(steps)
         if not rows:
             ratios.append(())
             continue
@@ -78,10 +100,8 @@ def fit_drift(runs: list[list[dict]], model: StepModel, window: float = WINDOW_S
         modelled: dict[int, float] = {}
         for s in rows:
             w = int((s["time"] - t0) // window)
-            seqs = max(s.get("num_seqs", 0) - s["num_decode_tokens"], int(s["num_prefill_tokens"] > 0))
             measured[w] = measured.get(w, 0.0) + s["step_seconds"]
-            modelled[w] = modelled.get(w, 0.0) + model.step_time(s["num_prefill_tokens"], s["num_decode_tokens"],
-                                                                 s.get("num_context_tokens", 0), prefill_seqs=seqs)
+            modelled[w] = modelled.get(w, 0.0) + _modelled(s, model)
         ratios.append(tuple(measured[w] / modelled[w] for w in sorted(measured) if modelled[w] > 0))
     if not any(ratios):
         return None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmbench.plan import bands, cuda_graphs, engines, gpus, models, search
+from llmbench.plan.drift import run_speeds
 from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
 from llmbench.plan.request import PlanError, PlanRequest, params_text
@@ -132,10 +133,12 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     """The bundled engine's own step statistics, fitted; None when the folder has none."""
     from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
 
-    steps = load_engine_steps(folder)
+    runs = [load_engine_steps(folder, r["label"]) for r in load_results(folder)]
+    steps = [s for run in runs for s in run]
     if len(steps) < 10:
         return None
     step_model = fit_steps(steps)
+    speeds = run_speeds(runs, step_model)
     config = (load_metadata(folder).get("target", {}).get("version") or {}).get("config") or {}
     kv_tokens = config.get("num_kv_blocks", 10**6) * config.get("block_size", 16)
     shape = EngineShape(req.knobs.get("max_num_seqs") or config.get("max_num_seqs", 256),
@@ -151,9 +154,15 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     rel = max(step_model.rel_error, 0.05)
     setup = search.SimSetup(step_model, shape, work, req.seeds, req.num_requests or req.requests_per_sim,
                             req.num_requests is not None)
-    return Replica(setup, req.gpus_per_replica or 1, f"fitted on {len(steps)} engine steps (median error {rel:.1%})",
-                   "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "p99": 2 * rel, "memory": 0.0},
-                   {"kv_capacity_tokens": kv_tokens})
+    rep = Replica(setup, req.gpus_per_replica or 1, f"fitted on {len(steps)} engine steps (median error {rel:.1%})",
+                  "simulated (fitted)", {"throughput": rel, "latency": 2 * rel, "p99": 2 * rel, "memory": 0.0},
+                  {"kv_capacity_tokens": kv_tokens})
+    if len(speeds) > 1 and max(abs(x - 1) for x in speeds) > MISFIT:
+        rep.notes.append(f"the engine took x{min(speeds):.2f} to x{max(speeds):.2f} of the fitted step time from one "
+                         "run to the next for the same kind of work (a shared or throttled host?), so its P99s are "
+                         "no finer than that: on a 2-core VM one 90 s run's P99 TPOT moved by up to 47 % between two "
+                         "sweeps; sweep again on a quiet machine, or pool rounds (`sweep --append`)")
+    return rep
 
 
 def graph_padding_note(roof: RooflineModel) -> str:
