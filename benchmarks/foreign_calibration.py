@@ -147,6 +147,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
                 errors[k].append(abs((sim[k] - real[k]) / real[k]))
             print(_row(_name(where, label, runs), real, sim, _spread(ok), tally))
             _blocks(ok)
+            _stalls([results[r] for r in runs])
     if concurrency_on:
         where, names = _split(concurrency_on)
         result = {r["label"]: r for r in load_results(where)}[names[0]]
@@ -154,6 +155,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         real, sim = _real(ok), _replay(ok, sim_model, shape, int(result["max_concurrency"]))
         print(_row(_name(where, names[0], names), real, sim, _spread(ok), tally))
         _blocks(ok)
+        _stalls([r for r in load_results(where) if r["label"] in names])
     print("median |error| over the open rates: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
     print(f"predicted figures within 15 %: {sum(a for a, _ in tally)} of {len(tally)}; inside the measurement's own "
           f"90 % range (bootstrap over the run's requests): {sum(b for _, b in tally)} of {len(tally)}")
@@ -174,6 +176,14 @@ def _blocks(ok) -> None:
     if ok["label"].nunique() > 1:
         print("  each run's median TPOT, ms: " + ", ".join(
             f"{run['tpot'].median() * 1000:.1f}" for _, run in ok.groupby("label", sort=False)))
+
+
+def _stalls(runs: list[dict]) -> None:
+    """The load generator's own stalls in the runs of a figure (the measured side is timed as it was)."""
+    count = sum(r.get("client_stalls") or 0 for r in runs)
+    if count:
+        print(f"  client stalls over 100 ms: {count} (longest {max(r.get('max_client_stall_ms') or 0 for r in runs):.0f}"
+              f" ms), {sum(r.get('requests_in_client_stalls') or 0 for r in runs)} requests inside one")
 
 
 def _only(folder: Path, labels: list[str]) -> Path:
