@@ -9,7 +9,11 @@ simulation at the average speed puts the P99 TPOT 34-43 % low at low rates even 
 
 The term keeps those ratios, window by window and run by run, and a simulation draws a trace from them as a block
 bootstrap (blocks of consecutive windows from one run, so a slow spell stays as long as it was): every step's
-time is multiplied by its window's ratio. A figure is then the mean over a few traces, as over seeds.
+time is multiplied by its window's ratio, and a figure is the median over a few traces. It is not in the
+planner's default: on two fresh self-checks (`benchmarks/plan_selfcheck.py --drift-ablation`, one sweep and three
+pooled rounds) it did worse than the average speed (largest |error| 41.1 against 38.0 %, 38.9 against 31.5 %).
+What stays in use is `run_speeds`: how far the same work's cost moved from run to run, which `plan --results`
+reports as a limit on its P99s.
 """
 
 from __future__ import annotations
