@@ -41,6 +41,42 @@ def test_rms_norm(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_in_place(dtype):
+    torch.manual_seed(3)
+    norm = RMSNorm(96, eps=1e-5).to(dtype)
+    norm.weight.data = torch.randn(96).to(dtype)
+    x, residual = (torch.randn(5, 96) * 4).to(dtype), (torch.randn(5, 96) * 4).to(dtype)
+    ref_out, ref_res = norm(x.clone(), residual.clone())  # the torch path: a new sum, then the norm
+    assert torch.equal(ref_res, x + residual)
+    norm.cpu_kernel = True
+    out, res = norm(x, residual)
+    assert out.data_ptr() == x.data_ptr() and res.data_ptr() == residual.data_ptr()  # in place
+    assert torch.equal(res, ref_res)
+    _same(out, ref_out)
+    with pytest.raises(RuntimeError, match="one shape"):
+        cpu_kernels.add_rms_norm_(x[:3], residual, norm.weight, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_store_kv_matches_index_copy(dtype):
+    from engine.attention import torch_backend
+
+    torch.manual_seed(4)
+    qkv = torch.randn(6, (4 + 2 * 2) * 16).to(dtype)
+    k, v = (t.view(6, 2, 16) for t in qkv[:, 64:].split(32, dim=1))  # strided views, as the model passes them
+    slots = torch.tensor([5, -1, 0, 17, -1, 30])
+    caches = [torch.zeros(4, 8, 2, 16, dtype=dtype) for _ in range(4)]
+    cpu_kernels.store_kv_(k, v, caches[0], caches[1], slots)
+    keep = slots >= 0
+    for cache, x in ((caches[2], k), (caches[3], v)):
+        cache.view(-1, 2, 16).index_copy_(0, slots[keep], x[keep])
+    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+    assert torch_backend.cache_kernel(k, v, caches[0])
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        cpu_kernels.store_kv_(k, v, caches[0], caches[1], torch.tensor([0, 1, 2, 3, 4, 32]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul(dtype):
     torch.manual_seed(1)
     gate_up = (torch.randn(33, 2 * 80) * 3).to(dtype)

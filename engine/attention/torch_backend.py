@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from engine.attention import prefill_attention
 from engine.attention.metadata import AttentionMetadata
+from engine.kernels import cpu_kernels
 from engine.kernels.cpu_kernels import paged_decode
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -21,6 +22,9 @@ FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
              v_scale: torch.Tensor | None = None) -> None:
+    if cache_kernel(k, v, k_cache):
+        cpu_kernels.store_kv_(k, v, k_cache, v_cache, slot_mapping)
+        return
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
@@ -30,6 +34,12 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
             x = (x.float() / scale).to(cache.dtype)
             flat, x = flat.view(torch.uint8), x.view(torch.uint8)
         flat.index_copy_(0, slot_mapping, x.to(flat.dtype))
+
+
+def cache_kernel(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether the C++ store applies: its library loaded, a cache of k's own dtype (not fp8), rows it can copy."""
+    return (k.device.type == "cpu" and cpu_kernels.loaded() and k_cache.dtype == k.dtype == v.dtype
+            and k.dim() == 3 and all(x.stride(2) == 1 and x.stride(1) == x.shape[2] for x in (k, v)))
 
 
 def fp8_scales(cache: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None

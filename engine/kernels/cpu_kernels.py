@@ -106,6 +106,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.ops.llmbench_cpu.rms_norm(x, weight, eps)
 
 
+def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place: residual += x (rounded to their dtype), then x = RMSNorm(residual) (contiguous [T, H] both)."""
+    torch.ops.llmbench_cpu.add_rms_norm_(x, residual, weight, eps)
+
+
+def store_kv_(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              slots: torch.Tensor) -> None:
+    """k/v [T, KVH, D] into caches [blocks, block_size, KVH, D] of their dtype at slots [T] (-1: skipped)."""
+    torch.ops.llmbench_cpu.store_kv_(k, v, k_cache, v_cache, slots)
+
+
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """[..., 2I] (gate then up) -> silu(gate) * up [..., I]."""
     return torch.ops.llmbench_cpu.silu_and_mul(gate_up)

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
+
 
 namespace {
 
@@ -52,6 +54,77 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
                             out.data_ptr<scalar_t>(), rows, hidden, static_cast<float>(eps));
   });
   return out;
+}
+
+// x [T, H] and residual [T, H], contiguous: residual <- dtype(x + residual), then x <- the RMSNorm of it, in place
+// (vLLM's fused_add_rms_norm): one pass where torch's add and the norm each read and write the whole activation.
+template <typename T>
+void add_rms_norm_rows(T* x, T* res, const T* w, int64_t rows, int64_t hidden, float eps) {
+  std::vector<float> wf(hidden);
+  widen(w, wf.data(), hidden);
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(2 * hidden);
+    float *a = buf.data(), *b = a + hidden;
+    for (int64_t r = begin; r < end; ++r) {
+      widen(x + r * hidden, a, hidden);
+      widen(res + r * hidden, b, hidden);
+      for (int64_t i = 0; i < hidden; ++i) b[i] += a[i];
+      round_in_place<T>(b, hidden);
+      narrow(b, res + r * hidden, hidden);
+      float sum = 0.f;
+      for (int64_t i = 0; i < hidden; ++i) sum += b[i] * b[i];
+      const float inv = 1.f / std::sqrt(sum / hidden + eps);
+      for (int64_t i = 0; i < hidden; ++i) b[i] *= inv;
+      round_in_place<T>(b, hidden);
+      for (int64_t i = 0; i < hidden; ++i) b[i] *= wf[i];
+      round_in_place<T>(b, hidden);
+      narrow(b, x + r * hidden, hidden);
+    }
+  });
+}
+
+void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.is_contiguous() && residual.is_contiguous() && x.sizes() == residual.sizes() &&
+                  x.scalar_type() == residual.scalar_type() && x.scalar_type() == weight.scalar_type() &&
+                  weight.is_contiguous() && weight.dim() == 1 && x.size(-1) == weight.size(0),
+              "add_rms_norm_: contiguous x and residual of one shape, weight [H], one dtype");
+  const int64_t hidden = weight.size(0), rows = hidden ? x.numel() / hidden : 0;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "add_rms_norm_", [&] {
+    add_rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), residual.data_ptr<scalar_t>(),
+                                weight.const_data_ptr<scalar_t>(), rows, hidden, static_cast<float>(eps));
+  });
+}
+
+// This step's K and V rows [T, KVH, D] (views of the qkv output: each token's KVH x D contiguous) copied to slot
+// slots[t] of caches [blocks, block_size, KVH, D] of their dtype; slot -1 (padding) is skipped. One call where
+// the torch path takes a mask, a check, a sync and two index_copy_ per layer.
+void store_kv_(const at::Tensor& k, const at::Tensor& v, at::Tensor k_cache, at::Tensor v_cache,
+               const at::Tensor& slots) {
+  TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.stride(2) == 1 && v.stride(2) == 1 &&
+                  k.stride(1) == k.size(2) && v.stride(1) == v.size(2),
+              "store_kv_: k and v [T, KVH, D], each token's heads contiguous");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes() &&
+                  k_cache.dim() == 4 && k_cache.size(2) * k_cache.size(3) == k.size(1) * k.size(2) &&
+                  k_cache.scalar_type() == k.scalar_type() && v_cache.scalar_type() == v.scalar_type() &&
+                  k.scalar_type() == v.scalar_type(),
+              "store_kv_: caches [blocks, block_size, KVH, D] of k's dtype");
+  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous() && slots.numel() == k.size(0),
+              "store_kv_: slots int64 [T]");
+  const int64_t tokens = k.size(0), capacity = k_cache.size(0) * k_cache.size(1);
+  const int64_t bytes = k.size(1) * k.size(2) * k.element_size();
+  const int64_t* s = slots.const_data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t)
+    TORCH_CHECK(s[t] < capacity, "store_kv_: slot ", s[t], " outside the cache of ", capacity);
+  const char *kp = static_cast<const char*>(k.const_data_ptr()), *vp = static_cast<const char*>(v.const_data_ptr());
+  char *kc = static_cast<char*>(k_cache.data_ptr()), *vc = static_cast<char*>(v_cache.data_ptr());
+  const int64_t kt = k.stride(0) * k.element_size(), vt = v.stride(0) * v.element_size();
+  at::parallel_for(0, tokens, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      if (s[t] < 0) continue;
+      std::memcpy(kc + s[t] * bytes, kp + t * kt, bytes);
+      std::memcpy(vc + s[t] * bytes, vp + t * vt, bytes);
+    }
+  });
 }
 
 // gate_up [T, 2I] (gate | up) -> dtype(dtype(silu(gate)) * up) [T, I]: F.silu then mul_, as the MLP does.
@@ -160,8 +233,12 @@ void rotary_(at::Tensor q, at::Tensor k, const at::Tensor& positions, const at::
 TORCH_LIBRARY_FRAGMENT(llmbench_cpu, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("silu_and_mul(Tensor gate_up) -> Tensor");
+  m.def("add_rms_norm_(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()");
+  m.def("store_kv_(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots) -> ()");
   m.def("rotary_(Tensor(a!) q, Tensor(b!) k, Tensor positions, Tensor cos, Tensor sin) -> ()");
   m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
   m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
+  m.impl("add_rms_norm_", c10::DispatchKey::CPU, TORCH_FN(add_rms_norm_));
+  m.impl("store_kv_", c10::DispatchKey::CPU, TORCH_FN(store_kv_));
   m.impl("rotary_", c10::DispatchKey::CPU, TORCH_FN(rotary_));
 }

@@ -1,4 +1,7 @@
-"""RMSNorm, computed in float32 like the reference implementation (one C++ pass on the CPU when built)."""
+"""RMSNorm, computed in float32 like the reference implementation (one C++ pass on the CPU when built).
+
+Given the residual stream too, it first adds the branch output into it and returns both (vLLM's fused add +
+norm): on the CPU that is one pass in place, where the add and the norm each read and write the activation."""
 
 from __future__ import annotations
 
@@ -15,7 +18,18 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.cpu_kernel = False  # set by the model runner where engine.kernels.cpu_kernels is built
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """norm(x); with `residual`: (norm(x + residual), x + residual)."""
+        if residual is None:
+            return self._norm(x)
+        if self.cpu_kernel and x.is_contiguous() and residual.is_contiguous():
+            cpu_kernels.add_rms_norm_(x, residual, self.weight, self.eps)
+            return x, residual
+        residual = x + residual
+        return self._norm(residual), residual
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
         if self.cpu_kernel:
             return cpu_kernels.rms_norm(x, self.weight, self.eps)
         dtype = x.dtype
