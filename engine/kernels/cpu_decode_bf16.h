@@ -16,15 +16,15 @@ inline void accumulate_pairs_bf16(const float* p, const c10::BFloat16* v, int64_
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                               22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const int64_t pairs = n / 2;
-  uint32_t weights[NG][64];  // bf16 pairs (p[g][2i] low, p[g][2i+1] high); blocks hold up to 128 tokens here
-  auto bits = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  };
+  // bf16 pairs (p[g][2i] low, p[g][2i+1] high), rounded to nearest even 16 at a time (vcvtneps2bf16: a scalar
+  // rounding per weight cost about as much as the V sums themselves); blocks hold up to 128 tokens here
+  uint32_t weights[NG][64];
   for (int g = 0; g < NG; ++g)
-    for (int64_t i = 0; i < pairs; ++i)
-      weights[g][i] = bits(p[g * stride + 2 * i]) | (bits(p[g * stride + 2 * i + 1]) << 16);
+    for (int64_t i = 0; i < 2 * pairs; i += 16) {
+      const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, 2 * pairs - i)) - 1);
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, p + g * stride + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&weights[g][i / 2]), (__m256i)h);
+    }
   for (int64_t c = 0; c < dim; c += W) {
     __m512 acc[NG];
     for (int g = 0; g < NG; ++g) acc[g] = _mm512_loadu_ps(out + g * dim + c);
@@ -70,7 +70,10 @@ inline void score_block(const c10::BFloat16* q, int64_t q_head, const c10::BFloa
       for (int g = 0; g < NG; ++g)
         acc[g] = _mm512_dpbf16_ps(acc[g], (__m512bh)_mm512_loadu_si512(q + g * q_head + c), kc);
     }
-    for (int g = 0; g < NG; ++g) s[g * stride + j] = scale * _mm512_reduce_add_ps(acc[g]);
+    if constexpr (NG == 4)
+      store_sums4(acc, scale, s + j, stride);
+    else
+      for (int g = 0; g < NG; ++g) s[g * stride + j] = scale * _mm512_reduce_add_ps(acc[g]);
   }
 }
 #else
