@@ -161,7 +161,7 @@ class ModelRunner:
         for module in self.model.modules():
             if hasattr(module, "cpu_kernel"):
                 module.cpu_kernel = True
-        return "C++ RMSNorm, rotary, SiLU * up"
+        return "C++ RMSNorm (residual add folded in), rotary, SiLU * up"
 
     @property
     def block_bytes(self) -> int:
