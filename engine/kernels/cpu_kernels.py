@@ -1,6 +1,6 @@
 """The engine's C++ kernels for the CPU, one library built on first use: the paged decode attention
-(`cpu_decode_attention.cpp`), a Llama block's elementwise layers (`cpu_layers.cpp`), and the tiled prefill's causal
-softmax and greedy sampling's argmax (`cpu_row_reductions.cpp`).
+(`cpu_decode_attention.cpp`), a Llama block's elementwise layers and its K/V cache write (`cpu_layers.cpp`), and
+the tiled prefill's causal softmax and greedy sampling's argmax (`cpu_row_reductions.cpp`).
 
 Gathering pages into a padded tensor and calling SDPA reads every cached K/V row three times (gather,
 write, SDPA) and pads to the longest context; the C++ kernel reads each row once, in place, which is what
