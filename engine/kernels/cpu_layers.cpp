@@ -20,7 +20,20 @@ namespace {
 #include "cpu_float_rows.h"
 
 
-// Rows of x [T, H] -> weight * dtype(x * rsqrt(mean(x^2) + eps)), as the reference RMSNorm rounds it.
+// One row b (fp32 scratch of x's values) -> weight * dtype(b * rsqrt(mean(b^2) + eps)), rounded as the reference
+// RMSNorm rounds it, in place.
+template <typename T>
+inline void normalize(float* b, const float* wf, int64_t hidden, float eps) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < hidden; ++i) sum += b[i] * b[i];
+  const float inv = 1.f / std::sqrt(sum / hidden + eps);
+  for (int64_t i = 0; i < hidden; ++i) b[i] *= inv;
+  round_in_place<T>(b, hidden);
+  for (int64_t i = 0; i < hidden; ++i) b[i] *= wf[i];
+  round_in_place<T>(b, hidden);
+}
+
+// Rows of x [T, H] -> their RMSNorm.
 template <typename T>
 void rms_norm_rows(const T* x, const T* w, T* out, int64_t rows, int64_t hidden, float eps) {
   std::vector<float> wf(hidden);
@@ -30,13 +43,7 @@ void rms_norm_rows(const T* x, const T* w, T* out, int64_t rows, int64_t hidden,
     float* b = buf.data();
     for (int64_t r = begin; r < end; ++r) {
       widen(x + r * hidden, b, hidden);
-      float sum = 0.f;
-      for (int64_t i = 0; i < hidden; ++i) sum += b[i] * b[i];
-      const float inv = 1.f / std::sqrt(sum / hidden + eps);
-      for (int64_t i = 0; i < hidden; ++i) b[i] *= inv;
-      round_in_place<T>(b, hidden);
-      for (int64_t i = 0; i < hidden; ++i) b[i] *= wf[i];
-      round_in_place<T>(b, hidden);
+      normalize<T>(b, wf.data(), hidden, eps);
       narrow(b, out + r * hidden, hidden);
     }
   });
@@ -71,13 +78,7 @@ void add_rms_norm_rows(T* x, T* res, const T* w, int64_t rows, int64_t hidden, f
       for (int64_t i = 0; i < hidden; ++i) b[i] += a[i];
       round_in_place<T>(b, hidden);
       narrow(b, res + r * hidden, hidden);
-      float sum = 0.f;
-      for (int64_t i = 0; i < hidden; ++i) sum += b[i] * b[i];
-      const float inv = 1.f / std::sqrt(sum / hidden + eps);
-      for (int64_t i = 0; i < hidden; ++i) b[i] *= inv;
-      round_in_place<T>(b, hidden);
-      for (int64_t i = 0; i < hidden; ++i) b[i] *= wf[i];
-      round_in_place<T>(b, hidden);
+      normalize<T>(b, wf.data(), hidden, eps);
       narrow(b, x + r * hidden, hidden);
     }
   });
