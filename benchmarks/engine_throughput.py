@@ -13,6 +13,7 @@ fraction of the run the device was busy, and the machine.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -93,7 +94,9 @@ def run_engine(model_dir: Path, reqs, name: str = "", torch_reductions: bool = F
 def _run_engine(model_dir: Path, reqs, name: str = "", **config) -> float:
     config = {"kv_cache_memory": 4 * 2**30, **config}
     llm = LLM(model_dir, max_model_len=2048, stats_window=1_000_000, **config)
-    print(f"engine {config}: linears {llm.runner.linear_path.split(' (')[0]}, decode attention "
+    few = re.search(r"steps of <= \d+ rows: C\+\+ GEMV|no few-row kernel", llm.runner.linear_path)
+    linears = llm.runner.linear_path.split(" (")[0] + (f", {few.group(0)}" if few else "")
+    print(f"engine {config}: linears {linears}, decode attention "
           f"{llm.runner.decode_attention}, prefill attention {llm.runner.prefill_attention}, CUDA graphs "
           f"{llm.runner.graphs is not None}", flush=True)
     llm.generate([reqs[0][0]], SamplingParams(temperature=0, max_tokens=4))
@@ -249,6 +252,9 @@ def median(xs: list[float]) -> float:
 @click.option("--reductions-ablation/--no-reductions-ablation", default=False, show_default=True,
               help="CPU: also run continuous batching with torch's masked softmax and max(dim) in place of the C++ "
                    "row reductions (the tiled prefill's causal softmax, greedy argmax).")
+@click.option("--gemv-ablation/--no-gemv-ablation", default=False, show_default=True,
+              help="CPU: also run continuous batching without the few-row linear kernel (oneDNN or F.linear at "
+                   "every row count).")
 @click.option("--workload", type=click.Choice(["sharegpt", "nano-vllm"]), default="sharegpt", show_default=True)
 @click.option("--max-num-batched-tokens", default=2048, show_default=True)
 @click.option("--eager-too", is_flag=True, help="CUDA: run every engine configuration without CUDA graphs as well.")
@@ -256,7 +262,7 @@ def median(xs: list[float]) -> float:
 @click.option("--nano-max-len", default=1024, show_default=True, help="nano-vllm workload: the longest length.")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
          model_size: str, device: str, dtype: str, repeats: int, kv_cache_memory: int, sdpa_ablation: bool,
-         prefill_ablation: bool, reductions_ablation: bool, workload: str, max_num_batched_tokens: int,
+         prefill_ablation: bool, reductions_ablation: bool, gemv_ablation: bool, workload: str, max_num_batched_tokens: int,
          eager_too: bool, hf_num_prompts: int | None, nano_max_len: int) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
@@ -278,7 +284,8 @@ def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: s
         chosen = resolve_dtype(asked.strip(), model_dir, device)
         figures = run_dtype(chosen, model_dir, reqs, device, kv_cache_memory, max_num_batched_tokens,
                             {"SDPA decode": sdpa_ablation, "SDPA prefill": prefill_ablation,
-                             "torch reductions": reductions_ablation}, static_batch_sizes,
+                             "torch reductions": reductions_ablation, "no few-row kernel": gemv_ablation},
+                            static_batch_sizes,
                             hf_batch_sizes, hf_num_prompts, eager_too, vllm_python, repeats)
         for system in ("engine continuous", "vLLM CPU offline"):
             if system in figures and n_out / figures[system] > best.get(system, (0, ""))[0]:
@@ -305,6 +312,8 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
         configs["engine continuous, SDPA prefill"] = {"max_num_seqs": 256, "cpu_prefill_attention": "sdpa"}
     if device == "cpu" and ablations["torch reductions"]:
         configs["engine continuous, torch reductions"] = {"max_num_seqs": 256, "torch_reductions": True}
+    if device == "cpu" and ablations.get("no few-row kernel"):
+        configs["engine continuous, no few-row kernel"] = {"max_num_seqs": 256, "cpu_gemv": "off"}
     configs |= {f"engine static (batch {bs})": {"batching": "static", "max_num_seqs": bs}
                 for bs in (int(b) for b in static_batch_sizes.split(",") if b)}
     if eager_too and device.startswith("cuda"):
@@ -372,7 +381,8 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
     if "engine continuous, SDPA decode" in runs:
         print(f"C++ decode kernel / gather + SDPA, end to end: {runs['engine continuous, SDPA decode'] / cont:.2f}×")
     for name, what in (("engine continuous, SDPA prefill", "prefill attention as chosen at load / SDPA"),
-                       ("engine continuous, torch reductions", "C++ row reductions / torch's")):
+                       ("engine continuous, torch reductions", "C++ row reductions / torch's"),
+                       ("engine continuous, no few-row kernel", "few-row linear kernel / none")):
         if name in runs:
             by_run = [s / c for c, s in zip(pairs["engine continuous"], others[name], strict=True)]
             print(f"{what}, end to end: {runs[name] / cont:.2f}× faster"

@@ -73,7 +73,8 @@ class ModelRunner:
         self.linear_path = "F.linear"
         if self.device.type == "cpu" and self.dtype in PACKED_DTYPES and config.cpu_linear != "torch":
             with torch.inference_mode():
-                self.linear_path = pack_model(self.model, force=config.cpu_linear == "onednn")
+                self.linear_path = pack_model(self.model, force=config.cpu_linear == "onednn",
+                                              few_rows=config.cpu_gemv)
             log.info("linear layers: %s", self.linear_path)
         self.cpp_decode, self.decode_attention = self._decode_attention(config.cpu_attention, model_cfg.head_dim)
         self.tiled_prefill_from, self.prefill_attention = self._prefill_attention(config.cpu_prefill_attention)

@@ -1,6 +1,7 @@
 """The engine's C++ kernels for the CPU, one library built on first use: the paged decode attention
 (`cpu_decode_attention.cpp`), a Llama block's elementwise layers and its K/V cache write (`cpu_layers.cpp`), and
-the tiled prefill's causal softmax and greedy sampling's argmax (`cpu_row_reductions.cpp`).
+the tiled prefill's causal softmax and greedy sampling's argmax (`cpu_row_reductions.cpp`), and linear layers for
+steps of few rows (`cpu_gemv.cpp`).
 
 Gathering pages into a padded tensor and calling SDPA reads every cached K/V row three times (gather,
 write, SDPA) and pads to the longest context; the C++ kernel reads each row once, in place, which is what
@@ -23,7 +24,7 @@ import torch
 
 log = logging.getLogger(__name__)
 SOURCES = [Path(__file__).with_name(name)
-           for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp", "cpu_row_reductions.cpp")]
+           for name in ("cpu_decode_attention.cpp", "cpu_layers.cpp", "cpu_row_reductions.cpp", "cpu_gemv.cpp")]
 # in the build's hash: a change rebuilds
 HEADERS = [Path(__file__).with_name(name) for name in ("cpu_decode_bf16.h", "cpu_float_rows.h")]
 WIDTH = 16  # head_dim must be a multiple of the kernel's vector width
@@ -131,6 +132,16 @@ def causal_softmax_(scores: torch.Tensor, first: int) -> None:
 def argmax_last(x: torch.Tensor) -> torch.Tensor:
     """[rows, cols] -> the first index of each row's maximum (int64), as torch's max(dim=-1) gives it."""
     return torch.ops.llmbench_cpu.argmax_last(x)
+
+
+def gemv_width(dtype: torch.dtype) -> int:
+    """Output columns per vector of the few-row linear kernel for `dtype` in this build (0: none)."""
+    return int(torch.ops.llmbench_cpu.gemv_width(dtype)) if available() else 0
+
+
+def gemv(x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
+    """x [M, K] (contiguous) times the weight packed by `engine.layers.gemv_linear.pack` -> [M, n]."""
+    return torch.ops.llmbench_cpu.gemv(x, packed, n)
 
 
 def rotary_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

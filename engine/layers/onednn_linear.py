@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.kernels.kernel_timing import time_ratios
+from engine.layers import gemv_linear
 
 log = logging.getLogger(__name__)
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
@@ -59,25 +60,52 @@ def packed_is_faster(linear: nn.Linear) -> tuple[bool, str]:
     return _DECIDED[key]
 
 
-def pack_model(model: nn.Module, force: bool = False) -> str:
+def pack_model(model: nn.Module, force: bool = False, few_rows: str = "off") -> str:
     """Swap every plain fp32 or bf16 nn.Linear (not a tied LM head) for OneDNNLinear if that is faster here
-    (or `force`); return what was decided and why."""
+    (or `force`), and put the few-row kernel of gemv_linear.py in front of every linear (`few_rows`: "auto" up to
+    the row count where it is timed faster, "on" up to its largest timed count, "off"); return what was decided
+    and why."""
     if not torch.backends.mkldnn.is_available():
         return "F.linear (oneDNN not available)"
-    linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if type(child) is nn.Linear and child.weight.dtype in PACKED_DTYPES
-               and not (name == "lm_head" and getattr(model.cfg, "tie_word_embeddings", False))]
-    if not linears:
+    tied = getattr(getattr(model, "cfg", None), "tie_word_embeddings", False)
+    every = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if type(child) is nn.Linear and child.weight.dtype in PACKED_DTYPES]
+    linears = [entry for entry in every if not (entry[1] == "lm_head" and tied)]
+    if not every:
         return "F.linear (no fp32 or bf16 linear layers)"
     probe = max((child for *_, child in linears if child is not getattr(model, "lm_head", None)),
-                key=lambda m: m.weight.numel(), default=linears[0][2])
-    faster, why = packed_is_faster(probe)
-    if not faster and not force:
-        return f"F.linear ({why})"
-    try:
-        packed = [(parent, name, OneDNNLinear(child)) for parent, name, child in linears]
-    except (RuntimeError, NotImplementedError) as err:  # bf16 without AVX512BW or AVX-NE-CONVERT (an AVX2 EPYC)
-        return f"F.linear (oneDNN cannot pack these weights here: {str(err).splitlines()[0]})"
-    for parent, name, layer in packed:
-        setattr(parent, name, layer)
-    return f"oneDNN packed ({why})"
+                key=lambda m: m.weight.numel(), default=every[0][2])
+    faster, why = packed_is_faster(probe) if linears else (False, "only a tied LM head")
+    path, inner = f"F.linear ({why})", {}
+    if faster or force:
+        try:
+            inner = {id(child): OneDNNLinear(child) for *_, child in linears}
+            path = f"oneDNN packed ({why})"
+        except (RuntimeError, NotImplementedError) as err:  # bf16 without AVX512BW or AVX-NE-CONVERT (an AVX2 EPYC)
+            path = f"F.linear (oneDNN cannot pack these weights here: {str(err).splitlines()[0]})"
+    rows, note = (0, "") if few_rows == "off" else _few_rows([(inner.get(id(child), child), child) for *_, child in every],
+                                                            timed=few_rows == "auto")
+    for parent, name, child in every:
+        layer = inner.get(id(child), child)
+        if rows and gemv_linear.supports(child):
+            layer = gemv_linear.GemvLinear(layer, child.weight, child.bias, rows)
+        if layer is not child:
+            setattr(parent, name, layer)
+    return path + note
+
+
+def _few_rows(layers: list[tuple[nn.Module, nn.Linear]], timed: bool) -> tuple[int, str]:
+    """The row count up to which the few-row kernel replaces each layer's path (`(path, linear)`; 0: nowhere),
+    and why."""
+    layers = [(path, linear) for path, linear in layers if gemv_linear.supports(linear)]
+    if not layers:
+        return 0, "; no few-row kernel for this dtype here"
+    fits, share = gemv_linear.memory_allows([linear for _, linear in layers])
+    if not fits:
+        return 0, f"; no few-row kernel: its copy of the weights would double {share}"
+    if not timed:
+        return max(gemv_linear.ROWS), f"; steps of <= {max(gemv_linear.ROWS)} rows: C++ GEMV (as asked; {share})"
+    rows, why = gemv_linear.rows_limit(layers)
+    if not rows:
+        return 0, f"; no few-row kernel ({why})"
+    return rows, f"; steps of <= {rows} rows: C++ GEMV, a second copy of the weights ({share}; {why})"
