@@ -71,8 +71,9 @@ def rows_limit(layers: list[tuple[nn.Module, nn.Linear]]) -> tuple[int, str]:
     layers in turn as a step runs them (their weights together outgrow the caches, as in a step; one layer
     alone is timed from L3), and the figures. 0: not faster at one row."""
     probes = [(GemvLinear(path, linear.weight, linear.bias, max(ROWS)), path, linear) for path, linear in layers]
-    dtype = layers[0][1].weight.dtype
-    inputs = {rows: {m.in_features: torch.randn(rows, m.in_features, dtype=dtype) for _, m in layers} for rows in ROWS}
+    dtype, device = layers[0][1].weight.dtype, layers[0][1].weight.device
+    inputs = {rows: {m.in_features: torch.randn(rows, m.in_features, dtype=dtype, device=device) for _, m in layers}
+              for rows in ROWS}
 
     def gemv_step(x: torch.Tensor) -> torch.Tensor:
         return [gemv(inputs[len(x)][linear.in_features]) for gemv, _, linear in probes][-1]
@@ -81,7 +82,7 @@ def rows_limit(layers: list[tuple[nn.Module, nn.Linear]]) -> tuple[int, str]:
         return [own(inputs[len(x)][linear.in_features]) for _, own, linear in probes][-1]
 
     with torch.inference_mode():
-        _, ratios = time_ratios(gemv_step, own_step, [torch.empty(rows, 0) for rows in ROWS])
+        _, ratios = time_ratios(gemv_step, own_step, [torch.empty(rows, 0, device=device) for rows in ROWS])
     limit = 0
     for rows, ratio in zip(ROWS, ratios, strict=True):
         if ratio >= 1:
