@@ -96,7 +96,7 @@ class EngineConfig:
     cpu_gemv: Literal["auto", "on", "off"] = setting(
         "auto", "auto: steps of few rows through a C++ kernel reading a second copy of the linear weights in order, "
                 "up to the row count where it is timed faster at load (weights at most 1/8 of the RAM); on: up to "
-                "64 rows untimed.")
+                "256 rows untimed.")
     cpu_attention: Literal["auto", "sdpa", "cpp"] = setting(
         "auto", "CPU decode attention: the C++ paged kernel (built on first use) or gather + SDPA.")
     cpu_prefill_attention: Literal["auto", "sdpa", "tiled"] = setting(

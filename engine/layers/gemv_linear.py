@@ -20,7 +20,7 @@ from torch import nn
 from engine.kernels import cpu_kernels
 from engine.kernels.kernel_timing import time_ratios
 
-ROWS = (1, 2, 4, 8, 16, 32, 64)
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # a decode tail to a full batch of decodes
 TILES = 4  # vectors of output columns per block, as in cpu_gemv.cpp
 MEMORY_SHARE = 1 / 8  # the second copy only while all linear weights take at most this share of the RAM
 
