@@ -68,6 +68,13 @@ def _clock(gemv_ms: dict, own_ms: dict):
     return seconds
 
 
+@pytest.fixture(autouse=True)
+def _fresh_timings():
+    gemv_linear._DECIDED.clear()
+    yield
+    gemv_linear._DECIDED.clear()
+
+
 def test_the_limit_is_the_last_row_count_before_the_kernel_first_loses(monkeypatch):
     own = {rows: 1.0 for rows in gemv_linear.ROWS}
     gemv = {1: 0.5, 2: 0.5, 4: 0.6, 8: 0.9, 16: 1.1, 32: 0.9, 64: 0.95}  # loses at 16, wins again after: 8
@@ -77,6 +84,11 @@ def test_the_limit_is_the_last_row_count_before_the_kernel_first_loses(monkeypat
     why = pack_model(model, few_rows="auto")
     assert "steps of <= 8 rows: C++ GEMV" in why and "0.50 / 0.50 / 0.60 / 0.90 / 1.10" in why
     assert all(isinstance(layer, GemvLinear) and layer.rows == 8 for layer in model)
+
+    model = nn.Sequential(nn.Linear(32, 96, bias=False), nn.Linear(96, 32, bias=False))
+    monkeypatch.setattr(kernel_timing, "median_seconds", _clock(own, own))  # a second engine: the same answer
+    assert "steps of <= 8 rows: C++ GEMV" in pack_model(model, few_rows="auto")
+    gemv_linear._DECIDED.clear()
 
     monkeypatch.setattr(kernel_timing, "median_seconds", _clock(own, gemv))  # slower at one row: nowhere
     monkeypatch.setattr(kernel_timing, "_one_call", _clock(own, gemv))

@@ -23,6 +23,7 @@ from engine.kernels.kernel_timing import time_ratios
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # a decode tail to a full batch of decodes
 TILES = 4  # vectors of output columns per block, as in cpu_gemv.cpp
 MEMORY_SHARE = 1 / 8  # the second copy only while all linear weights take at most this share of the RAM
+_DECIDED: dict[tuple, tuple[int, str]] = {}  # one timing per model shape and path per process: engines agree
 
 
 def width(dtype: torch.dtype) -> int:
@@ -70,8 +71,15 @@ def rows_limit(layers: list[tuple[nn.Module, nn.Linear]]) -> tuple[int, str]:
     """Up to how many rows the kernel beats each layer's own path (`(path, linear)` pairs), timed over all the
     layers in turn as a step runs them (their weights together outgrow the caches, as in a step; one layer
     alone is timed from L3), and the figures. 0: not faster at one row."""
-    probes = [(GemvLinear(path, linear.weight, linear.bias, max(ROWS)), path, linear) for path, linear in layers]
     dtype, device = layers[0][1].weight.dtype, layers[0][1].weight.device
+    key = (dtype, tuple((type(path).__name__, tuple(linear.weight.shape)) for path, linear in layers))
+    if key not in _DECIDED:
+        _DECIDED[key] = _time_rows(layers, dtype, device)
+    return _DECIDED[key]
+
+
+def _time_rows(layers: list[tuple[nn.Module, nn.Linear]], dtype: torch.dtype, device: torch.device) -> tuple[int, str]:
+    probes = [(GemvLinear(path, linear.weight, linear.bias, max(ROWS)), path, linear) for path, linear in layers]
     inputs = {rows: {m.in_features: torch.randn(rows, m.in_features, dtype=dtype, device=device) for _, m in layers}
               for rows in ROWS}
 
