@@ -33,7 +33,7 @@ def test_float32_products_match_f_linear_at_every_row_count(out_features, in_fea
     layer = GemvLinear(linear, linear.weight, linear.bias, rows=16)
     for rows in (1, 2, 3, 4, 5, 7, 8, 9, 16):
         x = torch.randn(rows, in_features)
-        torch.testing.assert_close(layer(x), F.linear(x, linear.weight, linear.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer(x), F.linear(x, linear.weight, linear.bias), rtol=1e-4, atol=1e-4)
 
 
 @needs_bf16
