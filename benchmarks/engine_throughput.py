@@ -262,8 +262,8 @@ def median(xs: list[float]) -> float:
 @click.option("--nano-max-len", default=1024, show_default=True, help="nano-vllm workload: the longest length.")
 def main(num_prompts: int, seed: int, hf_batch_sizes: str, static_batch_sizes: str, vllm_python: str | None,
          model_size: str, device: str, dtype: str, repeats: int, kv_cache_memory: int, sdpa_ablation: bool,
-         prefill_ablation: bool, reductions_ablation: bool, gemv_ablation: bool, workload: str, max_num_batched_tokens: int,
-         eager_too: bool, hf_num_prompts: int | None, nano_max_len: int) -> None:
+         prefill_ablation: bool, reductions_ablation: bool, gemv_ablation: bool, workload: str,
+         max_num_batched_tokens: int, eager_too: bool, hf_num_prompts: int | None, nano_max_len: int) -> None:
     torch.manual_seed(0)
     model_dir = build_model(model_size)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
@@ -312,7 +312,7 @@ def run_dtype(dtype: str, model_dir: Path, reqs, device: str, kv_cache_memory: i
         configs["engine continuous, SDPA prefill"] = {"max_num_seqs": 256, "cpu_prefill_attention": "sdpa"}
     if device == "cpu" and ablations["torch reductions"]:
         configs["engine continuous, torch reductions"] = {"max_num_seqs": 256, "torch_reductions": True}
-    if device == "cpu" and ablations.get("no few-row kernel"):
+    if device == "cpu" and ablations["no few-row kernel"]:
         configs["engine continuous, no few-row kernel"] = {"max_num_seqs": 256, "cpu_gemv": "off"}
     configs |= {f"engine static (batch {bs})": {"batching": "static", "max_num_seqs": bs}
                 for bs in (int(b) for b in static_batch_sizes.split(",") if b)}

@@ -78,7 +78,8 @@ def rows_limit(layers: list[tuple[nn.Module, nn.Linear]]) -> tuple[int, str]:
     return _DECIDED[key]
 
 
-def _time_rows(layers: list[tuple[nn.Module, nn.Linear]], dtype: torch.dtype, device: torch.device) -> tuple[int, str]:
+def _time_rows(layers: list[tuple[nn.Module, nn.Linear]], dtype: torch.dtype, device: torch.device
+               ) -> tuple[int, str]:
     probes = [(GemvLinear(path, linear.weight, linear.bias, max(ROWS)), path, linear) for path, linear in layers]
     inputs = {rows: {m.in_features: torch.randn(rows, m.in_features, dtype=dtype, device=device) for _, m in layers}
               for rows in ROWS}
@@ -96,8 +97,28 @@ def _time_rows(layers: list[tuple[nn.Module, nn.Linear]], dtype: torch.dtype, de
         if ratio >= 1:
             break
         limit = rows
+    dtype_name = str(dtype).removeprefix("torch.")
     return limit, (f"C++ GEMV takes {' / '.join(f'{r:.2f}' for r in ratios)}x their time at "
-                   f"{' / '.join(map(str, ROWS))} rows over the {len(layers)} layers, {str(dtype).removeprefix('torch.')}")
+                   f"{' / '.join(map(str, ROWS))} rows over the {len(layers)} layers, {dtype_name}")
+
+
+def choose_rows(layers: list[tuple[nn.Module, nn.Linear]], mode: str) -> tuple[int, str]:
+    """The row count up to which the kernel replaces each layer's own path (`(path, linear)` pairs; 0: nowhere)
+    and why, as a note for `linear_path`. `mode`: "auto" timed, "on" up to the largest count timed, "off"."""
+    if mode == "off":
+        return 0, ""
+    layers = [(path, linear) for path, linear in layers if supports(linear)]
+    if not layers:
+        return 0, "; no few-row kernel for this dtype here"
+    fits, share = memory_allows([linear for _, linear in layers])
+    if not fits:
+        return 0, f"; no few-row kernel: its copy of the weights would double {share}"
+    if mode == "on":
+        return max(ROWS), f"; steps of <= {max(ROWS)} rows: C++ GEMV (as asked; {share})"
+    rows, why = rows_limit(layers)
+    if not rows:
+        return 0, f"; no few-row kernel ({why})"
+    return rows, f"; steps of <= {rows} rows: C++ GEMV, a second copy of the weights ({share}; {why})"
 
 
 def memory_allows(linears: list[nn.Linear]) -> tuple[bool, str]:

@@ -83,8 +83,7 @@ def pack_model(model: nn.Module, force: bool = False, few_rows: str = "off") -> 
             path = f"oneDNN packed ({why})"
         except (RuntimeError, NotImplementedError) as err:  # bf16 without AVX512BW or AVX-NE-CONVERT (an AVX2 EPYC)
             path = f"F.linear (oneDNN cannot pack these weights here: {str(err).splitlines()[0]})"
-    rows, note = (0, "") if few_rows == "off" else _few_rows([(inner.get(id(child), child), child) for *_, child in every],
-                                                            timed=few_rows == "auto")
+    rows, note = gemv_linear.choose_rows([(inner.get(id(child), child), child) for *_, child in every], few_rows)
     for parent, name, child in every:
         layer = inner.get(id(child), child)
         if rows and gemv_linear.supports(child):
@@ -92,20 +91,3 @@ def pack_model(model: nn.Module, force: bool = False, few_rows: str = "off") -> 
         if layer is not child:
             setattr(parent, name, layer)
     return path + note
-
-
-def _few_rows(layers: list[tuple[nn.Module, nn.Linear]], timed: bool) -> tuple[int, str]:
-    """The row count up to which the few-row kernel replaces each layer's path (`(path, linear)`; 0: nowhere),
-    and why."""
-    layers = [(path, linear) for path, linear in layers if gemv_linear.supports(linear)]
-    if not layers:
-        return 0, "; no few-row kernel for this dtype here"
-    fits, share = gemv_linear.memory_allows([linear for _, linear in layers])
-    if not fits:
-        return 0, f"; no few-row kernel: its copy of the weights would double {share}"
-    if not timed:
-        return max(gemv_linear.ROWS), f"; steps of <= {max(gemv_linear.ROWS)} rows: C++ GEMV (as asked; {share})"
-    rows, why = gemv_linear.rows_limit(layers)
-    if not rows:
-        return 0, f"; no few-row kernel ({why})"
-    return rows, f"; steps of <= {rows} rows: C++ GEMV, a second copy of the weights ({share}; {why})"
