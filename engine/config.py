@@ -95,8 +95,8 @@ class EngineConfig:
         "auto", "auto: fp32/bf16 linears through oneDNN with pre-packed weights when that is faster on this CPU.")
     cpu_gemv: Literal["auto", "on", "off"] = setting(
         "auto", "auto: steps of few rows through a C++ kernel reading a second copy of the linear weights in order, "
-                "up to the row count where it is timed faster at load (weights at most 1/8 of the RAM); on: up to "
-                "256 rows untimed.")
+                "up to the row count where it is timed faster at load (weights larger than the last-level cache and at "
+                "most 1/8 of the RAM); on: up to 256 rows untimed.")
     cpu_attention: Literal["auto", "sdpa", "cpp"] = setting(
         "auto", "CPU decode attention: the C++ paged kernel (built on first use) or gather + SDPA.")
     cpu_prefill_attention: Literal["auto", "sdpa", "tiled"] = setting(

@@ -69,7 +69,8 @@ def _clock(gemv_ms: dict, own_ms: dict):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_timings():
+def _fresh_timings(monkeypatch, tmp_path):
+    monkeypatch.setattr(gemv_linear, "CPU_CACHES", tmp_path / "no-caches")  # these layers are tiny: no cache rule
     gemv_linear._DECIDED.clear()
     yield
     gemv_linear._DECIDED.clear()
@@ -103,6 +104,21 @@ def test_no_second_copy_where_the_weights_are_a_large_share_of_memory(monkeypatc
     why = pack_model(model, few_rows="auto")
     assert "no few-row kernel: its copy of the weights would double" in why and "MiB of linear weights" in why
     assert not isinstance(model[0], GemvLinear)
+
+
+def test_weights_that_fit_the_last_level_cache_keep_their_own_path(monkeypatch, tmp_path):
+    (tmp_path / "index0").mkdir()
+    (tmp_path / "index0" / "size").write_text("48K\n")
+    (tmp_path / "index3").mkdir()
+    (tmp_path / "index3" / "size").write_text("32768K\n")
+    monkeypatch.setattr(gemv_linear, "CPU_CACHES", tmp_path)
+    assert gemv_linear.last_level_cache() == 32 * 2**20
+    model = nn.Sequential(nn.Linear(32, 96, bias=False))
+    why = pack_model(model, few_rows="auto")
+    assert "fit the 32 MiB last-level cache" in why and not isinstance(model[0], GemvLinear)
+    assert isinstance(model[0], nn.Linear)
+    model = nn.Sequential(nn.Linear(32, 96, bias=False))
+    assert "C++ GEMV (as asked" in pack_model(model, few_rows="on") and isinstance(model[0], GemvLinear)
 
 
 def test_greedy_decoding_is_the_same_through_the_kernel(tiny_model):
