@@ -60,9 +60,10 @@ constexpr bool kHaveDpBf16 = true;
 // only the order of the additions differs from it.
 template <int NG>
 inline void score_block(const c10::BFloat16* q, int64_t q_head, const c10::BFloat16* k, int64_t n, int64_t row,
-                        int64_t dim, float scale, float* s, int64_t stride, const c10::BFloat16* next) {
+                        int64_t dim, float scale, float* s, int64_t stride, const c10::BFloat16* next,
+                        const c10::BFloat16* far) {
   for (int64_t j = 0; j < n; ++j, k += row) {
-    if (next) prefetch(next + j * row, dim);
+    prefetch_rows(next, far, j, j + 1, row, dim);
     __m512 acc[NG];
     for (int g = 0; g < NG; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t c = 0; c < dim; c += 32) {
