@@ -87,14 +87,13 @@ inline void store_sums4(const __m512* a, float scale, float* s, int64_t stride) 
 }
 #endif
 
-// The prefetch helpers are always inlined: to GCC a function that only prefetches has no effect, and a call
-// it chose not to inline was deleted, taking every prefetch of the float paths with it (GCC 12, -O3).
-#define PREFETCH_HELPER template <typename T> __attribute__((always_inline)) inline void
-
 // Blocks are scattered over the pool, so the hardware prefetcher cannot see the next one coming: while a
 // block is read, its successor is requested a row at a time (1.6x faster than not asking, measured here on a
 // pool larger than the cache; asking for the whole block at once gained less).
-PREFETCH_HELPER prefetch(const T* p, int64_t elements) {
+// The prefetch helpers are always inlined: to GCC a function that only prefetches has no effect, and a call
+// it chose not to inline was deleted, taking every prefetch of the float paths with it (GCC 12, -O3).
+template <typename T>
+__attribute__((always_inline)) inline void prefetch(const T* p, int64_t elements) {
   for (int64_t off = 0; off < elements; off += 64 / sizeof(T)) __builtin_prefetch(p + off);
 }
 
@@ -103,7 +102,8 @@ PREFETCH_HELPER prefetch(const T* p, int64_t elements) {
 // (2 threads, scattered blocks, Zen 4), while data already in the cache loses ~10 % to the extra instructions.
 constexpr int64_t L2_AHEAD = 3;
 
-PREFETCH_HELPER prefetch_l2(const T* block, int64_t elements) {
+template <typename T>
+__attribute__((always_inline)) inline void prefetch_l2(const T* block, int64_t elements) {
   const char* p = reinterpret_cast<const char*>(block);
   for (int64_t off = 0; off < elements * int64_t(sizeof(T)); off += 64) __builtin_prefetch(p + off, 0, 2);
 }
@@ -111,9 +111,11 @@ PREFETCH_HELPER prefetch_l2(const T* block, int64_t elements) {
 // Rows [first, last) of one KV head in the next block (to the L1) and in the block L2_AHEAD on (to the L2).
 // The passes ask a few rows at a time as they go, not a whole block at a block's start: a burst of 128
 // prefetches fills the core's miss buffers, and the core then waits on the prefetches themselves (perf on a
-// Zen 3: a quarter of the kernel's samples on its bulk prefetch loop; spread out, 1.2-1.5x the K/V bytes a
+// Zen 3: a quarter of the kernel's samples on its bulk prefetch loop; spread out, 1.15-1.25x the K/V bytes a
 // second on pools larger than the cache).
-PREFETCH_HELPER prefetch_rows(const T* next, const T* far, int64_t first, int64_t last, int64_t row, int64_t dim) {
+template <typename T>
+__attribute__((always_inline)) inline void prefetch_rows(const T* next, const T* far, int64_t first,
+                                                       int64_t last, int64_t row, int64_t dim) {
   for (int64_t j = first; j < last; ++j) {
     if (next) prefetch(next + j * row, dim);
     if (far) prefetch_l2(far + j * row, dim);
