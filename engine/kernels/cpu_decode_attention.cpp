@@ -111,8 +111,8 @@ __attribute__((always_inline)) inline void prefetch_l2(const T* block, int64_t e
 // Rows [first, last) of one KV head in the next block (to the L1) and in the block L2_AHEAD on (to the L2).
 // The passes ask a few rows at a time as they go, not a whole block at a block's start: a burst of 128
 // prefetches fills the core's miss buffers, and the core then waits on the prefetches themselves (perf on a
-// Zen 3: a quarter of the kernel's samples on its bulk prefetch loop; spread out, 1.15-1.25x the K/V bytes a
-// second on pools larger than the cache).
+// Zen 3: a quarter of the kernel's samples on its bulk prefetch loop; spread out, 1.2-1.45x the K/V bytes a
+// second on huge-page pools larger than the cache).
 template <typename T>
 __attribute__((always_inline)) inline void prefetch_rows(const T* next, const T* far, int64_t first,
                                                        int64_t last, int64_t row, int64_t dim) {
