@@ -14,6 +14,7 @@ from llmbench.cli import main
 from llmbench.plan import (
     bands,
     burst_runs,
+    cuda_graphs,
     engines,
     gpus,
     held_out,
@@ -21,6 +22,7 @@ from llmbench.plan import (
     mlperf,
     models,
     rate_sweep,
+    trtllm_bench,
 )
 from llmbench.plan.published import CASES, HELD_OUT, SOURCES, error_summary, inside, validate
 from llmbench.plan.roofline import RooflineModel
@@ -292,3 +294,28 @@ def test_steady_state_measures_after_the_warm_up():
     res = simulate(np.cumsum(rng.exponential(1 / rate, 900)), prompts, outputs, setup.model, setup.shape)
     assert warm["mean_tpot_ms"] == pytest.approx(res.without_first(600).summary()["mean_tpot_ms"], rel=1e-12)
     assert mlperf.warm_up(44.0, 2000) == 2640 and mlperf.warm_up(8.0, 2000) == 2000
+
+
+def test_trtllm_bench_rows_take_the_batch_limits_the_benchmark_picks():
+    """TensorRT-LLM's overview ran `trtllm-bench throughput` with no --max_batch_size / --max_num_tokens, so its
+    heuristic sized both from the run's ISL/OSL (tuning.py): Llama-3.1-8B FP8 on one H100 fits ~535 requests of
+    1000/1000 in 90 % of the memory the weights leave (batch rounded up to 640, tokens to the 2,048 floor),
+    128/128 hits the 4,096 cap, 20000/2000 the minimums; every B and H row carries its own limits."""
+    m, h100 = models.model("llama-3.1-8b"), gpus.gpu("H100-SXM")
+    assert trtllm_bench.settings(m, h100, 1, "fp8", "fp8", 1000, 1000) == {"max_num_seqs": 640,
+                                                                          "max_num_batched_tokens": 2048}
+    assert trtllm_bench.settings(m, h100, 1, "fp8", "fp8", 128, 128) == {"max_num_seqs": 4096,
+                                                                        "max_num_batched_tokens": 8192}
+    assert trtllm_bench.settings(m, h100, 1, "fp8", "fp8", 20000, 2000) == {"max_num_seqs": 64,
+                                                                           "max_num_batched_tokens": 2048}
+    prefill_heavy = trtllm_bench.settings(m, gpus.gpu("H200"), 1, "fp8", "fp8", 2048, 128)
+    assert prefill_heavy["max_num_batched_tokens"] == 15360  # ~901 requests x 17 tokens each, rounded up
+    rows = [c for c in CASES + held_out.CASES if c.row in ("B", "H")]
+    assert len(rows) == 10 + 67
+    for c in rows:
+        want = trtllm_bench.settings(models.model(c.model), gpus.gpu(c.gpu), c.tp, "fp8", "fp8", c.isl, c.osl)
+        assert c.knobs == {"chunked_prefill": True, "graphs": "trtllm-bench"} | want, c.what
+        profile = engines.profile(c.engine, gpus.gpu(c.gpu)).with_knobs(**c.knobs)
+        assert (profile.max_num_seqs, profile.max_num_batched_tokens) == tuple(want.values())
+    sizes = cuda_graphs.capture_sizes("trtllm-bench", 640, 2048, "hopper")
+    assert sizes[-1] == 512 and cuda_graphs.padded(300, sizes) == 384 and cuda_graphs.padded(600, sizes) == 600

@@ -11,7 +11,9 @@ The capture lists are each engine's defaults, read from its source:
 - SGLang (`get_batch_sizes_to_capture`): 1, 2, 4 and every 8 up to 160 (256 on ROCm), decode-only steps.
 - The bundled engine (engine/cuda_graphs.py `SIZES`), decode-only steps.
 - TensorRT-LLM and LMDeploy's TurboMind: none (dynamic shapes; the PyTorch backend's graph padding is off by
-  default).
+  default), except where the run turns it on: TensorRT-LLM's performance overview ran `trtllm-bench` with
+  `cuda_graph_config: enable_padding: true` and the batch sizes 1, 2, 4, 8, ..., 256, 384, 512, 1,024 up to 8,192
+  (those up to the run's max batch size), decode-only steps (kind `trtllm-bench`).
 
 Only a device the catalog knows to replay graphs pads: a `--gpu-spec` device does not unless its file says
 `"cuda_graphs": true` (a CPU runs no graphs, and there padding a compute-bound step would cost in full)."""
@@ -22,6 +24,7 @@ import bisect
 from functools import lru_cache
 
 BUNDLED_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+TRTLLM_BENCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)  # the overview's yaml
 
 
 @lru_cache(maxsize=256)
@@ -38,6 +41,8 @@ def capture_sizes(kind: str, max_num_seqs: int, max_num_batched_tokens: int, fam
         return tuple(s for s in (1, 2, 4, *range(8, 257, 8)) if s <= top)
     if kind == "llmbench":
         return tuple(s for s in BUNDLED_SIZES if s <= max_num_seqs)
+    if kind == "trtllm-bench":
+        return tuple(s for s in TRTLLM_BENCH_SIZES if s <= max_num_seqs)
     return ()
 
 

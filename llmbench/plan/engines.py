@@ -54,7 +54,7 @@ class EngineProfile:
     # in-flight batching: whole prompts beside the decodes, within the token budget)
     unchunked: Literal["separate", "whole"] = "separate"
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
-    graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench"] = ""
+    graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 
     def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
         """The simulator's view of this engine with a KV pool of `kv_tokens`."""

@@ -8,10 +8,10 @@ come from.
 
 from __future__ import annotations
 
+from llmbench.plan import trtllm_bench
 from llmbench.plan.case import Case
-from llmbench.plan.published import TRTLLM_BENCH, TRTLLM_REQUESTS
 
-LENGTHS = list(TRTLLM_REQUESTS)
+LENGTHS = list(trtllm_bench.REQUESTS)
 # model, [(GPU, TP)], then per ISL/OSL in LENGTHS' order one output tok/s per setup (None: not published)
 TABLES = [
     ("llama-3.1-8b", [("H200", 1), ("H100-SXM", 1)],
@@ -36,6 +36,7 @@ def _what(model: str, gpu: str, tp: int, isl: int, osl: int) -> str:
 
 
 CASES = [Case("H", _what(model, gpu, tp, isl, osl), model, gpu, tp, "trtllm", "max", 0, {"output_throughput": tok},
-              "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl], streamed=False, knobs=TRTLLM_BENCH)
+              "fp8", "fp8", isl, osl, trtllm_bench.REQUESTS[isl, osl], streamed=False,
+              knobs=trtllm_bench.knobs(model, gpu, tp, isl, osl))
          for model, setups, figures in TABLES for (isl, osl), row in zip(LENGTHS, figures, strict=True)
          for (gpu, tp), tok in zip(setups, row, strict=True) if tok is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbench.plan import bands, engines, gpus, mlperf, models
+from llmbench.plan import bands, engines, gpus, mlperf, models, trtllm_bench
 from llmbench.plan.case import Case
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.roofline import RooflineModel
@@ -36,10 +36,6 @@ SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview
            "G": "GPUStack performance lab, Qwen3-235B-A22B and Qwen3-14B on H100"}
 VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
-TRTLLM_BENCH = {"chunked_prefill": True}  # trtllm-bench throughput's --enable_chunked_context defaults to on
-# trtllm-bench's request count per ISL/OSL (the perf-overview page's $num_requests table)
-TRTLLM_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000, (1000, 1000): 3000,
-                   (1000, 2000): 1500, (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (20000, 2000): 1000}
 B = [(128, 128, 28312, 27911), (1000, 1000, 15220, 17744), (2048, 128, 3450, 3538), (5000, 500, 3459, 3902),
      (20000, 2000, 1351, 1804)]
 CASES = [
@@ -56,8 +52,8 @@ CASES = [
     Case("A", f"{ROW_A}, vLLM 0.6 multi-step 10, offline", "llama-3.1-8b", "A100-80GB", 1, "vllm@0.6", "max", 0,
          {"output_throughput": 4132.4}, requests=2500, knobs=VLLM_060),
     *[Case("B", f"B: Llama-3.1-8B FP8, 1x{gpu}, TensorRT-LLM, {isl}/{osl}, max throughput", "llama-3.1-8b", gpu, 1,
-           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, TRTLLM_REQUESTS[isl, osl],
-           streamed=False, knobs=TRTLLM_BENCH)
+           "trtllm", "max", 0, {"output_throughput": pub}, "fp8", "fp8", isl, osl, trtllm_bench.REQUESTS[isl, osl],
+           streamed=False, knobs=trtllm_bench.knobs("llama-3.1-8b", gpu, 1, isl, osl))
       for gpu, col in (("H100-SXM", 2), ("H200", 3)) for isl, osl, *pubs in B for pub in [(isl, osl, *pubs)[col]]],
     *[Case("C", f"C: Llama-3.3-70B FP8, 2xH100 TP2, NIM, 5000/500, concurrency {c}", "llama-3.3-70b", "H100-SXM", 2,
            "trtllm", "concurrency", c, {"median_ttft_ms": ttft, "median_tpot_ms": itl, "output_throughput": tok},
