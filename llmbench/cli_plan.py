@@ -188,7 +188,7 @@ def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
 
     from llmbench.live import terminal
     from llmbench.plan import bands, burst_runs, held_out, inference_sim, mlperf, rate_sweep
-    from llmbench.plan.published import CASES, SOURCES, error_summary, inside, validate
+    from llmbench.plan.published import CASES, SOURCES, error_summary, inside, source_summary, validate
 
     cases = [c for c in CASES + inference_sim.CASES + held_out.CASES + mlperf.cases() + rate_sweep.CASES
              + burst_runs.CASES
@@ -210,6 +210,9 @@ def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
         capped = f", {s['p99_constrained']} P99-constrained capacities" if s["p99_constrained"] else ""
         console.print(f"{s['part']}, {s['kind']}: {s['figures']} figures{capped}; median |error| {s['median_abs']:.1%} "
                       f"(signed {s['median']:+.1%}); {s['inside_band']} of {s['figures']} inside their bands")
+    for s in source_summary(rows):
+        console.print(f"  by source, {'held out' if s['held_out'] else 'tuning'} {s['row']}, {s['kind']}: "
+                      f"{s['figures']} figures; median |error| {s['median_abs']:.1%} (signed {s['median']:+.1%})")
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=2))
 

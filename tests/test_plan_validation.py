@@ -266,12 +266,14 @@ def test_lmdeploy_profile_keeps_its_kv_pool_in_free_memory(tmp_path):
 
 
 def test_validate_prints_the_halves_apart(tmp_path):
-    """`plan validate --row`: the rows, their bands, the sources named, one summary line per half and kind."""
+    """`plan validate --row`: the rows, their bands, the sources named, one summary line per half and kind, then
+    one per source and kind."""
     out = tmp_path / "rows.json"
     r = CliRunner().invoke(main, ["plan", "validate", "--row", "D", "--row", "E", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert "sources: D Databricks blog; E llm-d memory results" in r.output
     assert "tuning, throughput: 2 figures" in r.output and "tuning, memory: 4 figures" in r.output
+    assert "by source, tuning D, latency: 5 figures" in r.output and "by source, tuning E, memory: 4 figures" in r.output
     rows = json.loads(out.read_text())
     assert {row["row"] for row in rows} == {"D", "E"} and not any(row["held_out"] for row in rows)
 

@@ -154,3 +154,17 @@ def error_summary(rows: list[dict]) -> list[dict]:
                             "median_abs": float(np.median(np.abs(errors))), "median": float(np.median(errors)),
                             "inside_band": sum(inside(r) for r in mine)})
     return out
+
+
+def source_summary(rows: list[dict]) -> list[dict]:
+    """Per source and kind of figure, the same counts and medians as `error_summary`: where a half's median comes
+    from (one source with most of a half's figures sets its median)."""
+    out = []
+    for source in dict.fromkeys(r["row"] for r in rows):
+        for what in bands.KINDS:
+            errors = np.array([r["error"] for r in rows if r["row"] == source and r["kind"] == what])
+            if len(errors):
+                out.append({"row": source, "held_out": source in HELD_OUT, "kind": what, "figures": len(errors),
+                            "median_abs": float(np.median(np.abs(errors))), "median": float(np.median(errors))})
+    return out
+
