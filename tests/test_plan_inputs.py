@@ -202,3 +202,15 @@ def test_a_described_device_replays_graphs_only_when_its_file_says_so(tmp_path):
     assert gpus.gpu_from_spec(_spec(tmp_path, {"cuda_graphs": True})).cuda_graphs
     with pytest.raises(KeyError, match="cuda_graphs must be true or false"):
         gpus.gpu_from_spec(_spec(tmp_path, {"cuda_graphs": "yes"}))
+
+
+def test_a_plan_says_when_the_api_server_sets_the_pace(tmp_path):
+    """A small model's burst streams faster than one API server drains tokens (87 µs each): the plan says its
+    latencies are outside the planner's physics; a 70B model's burst on four GPUs streams far slower and does not."""
+    args = ("--max-throughput", "--gpu", "H100", "--engine", "vllm", "--input-len", "512", "--output-len", "128",
+            "--num-prompts", "500")
+    small, text = plan(tmp_path, *args, "--model", "qwen2.5-0.5b")
+    assert "the API server streams tokens" in text and any("API server" in e for e in small["estimates"])
+    big, text = plan(tmp_path, *args, "--model", "llama-3.1-70b", "--gpus-per-replica", "4")
+    assert "the API server streams tokens" not in text
+    assert big["simulated"]["point"]["output_throughput"] * 87e-6 < 0.8

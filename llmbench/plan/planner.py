@@ -26,6 +26,9 @@ from llmbench.plan.workload import Workload
 __all__ = ["PlanError", "PlanRequest", "Replica", "catalog_replica", "make_plan", "params_text", "replicas_for"]
 
 
+API_SERVER_BOUND = 0.8  # share of the API server's time spent streaming from which it, not the GPU, sets the pace
+
+
 def _what_is_planned(req: PlanRequest, folder: Path | None, fitted: bool) -> tuple[PlanRequest, list[str]]:
     """The model and device the plan is for, never assumed silently: the defaults only without --results (and
     said); a foreign sweep's model from its own /v1/models root when that is a local checkpoint; its device
@@ -255,6 +258,7 @@ def make_plan(req: PlanRequest) -> dict:
                                  "DIR with the model's tokenizer: output lengths differ between tokenizers)")
     try:
         answer(req, rep, plan, start)
+        _api_server_bound(plan, rep)
     except PlanError as err:
         if folder and "measured" not in plan and "missing" in cap:
             raise PlanError(f"{cap['missing']} (simulated: {err})") from None
@@ -272,6 +276,22 @@ def make_plan(req: PlanRequest) -> dict:
         _replicas_of_fleet(req, rep) * rep.tp)
     _costs(plan, req, gpus_total, work, priced=rep.label != "simulated (fitted)")
     return plan
+
+
+def _api_server_bound(plan: dict, rep: Replica) -> None:
+    """A point whose streamed tokens keep the API server busy most of the time is outside the planner's physics: on
+    an H100, vLLM 0.19 streamed a small model's 500-request burst ~66 requests at a time where the planner admits
+    all 500 and drains each step's tokens (TPOT +600 %, benchmarks/README.md). The plan says so."""
+    point = (plan.get("simulated") or {}).get("point")
+    engine = getattr(rep.setup.model, "engine", None)
+    if not point or engine is None or not engine.stream_token_cost:
+        return
+    busy = point["output_throughput"] * engine.stream_token_cost / engine.api_server_count
+    if busy >= API_SERVER_BOUND:
+        plan["estimates"].append(
+            f"the API server streams tokens {busy:.0%} of the time at this point ({engine.stream_token_cost * 1e6:.0f} "
+            "µs a token, `--api-server-count` shares it): its pace, not the GPU's, sets the latencies, which the "
+            "planner does not model (order of magnitude only — measure it)")
 
 
 def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload, priced: bool = True) -> None:
