@@ -167,4 +167,3 @@ def source_summary(rows: list[dict]) -> list[dict]:
                 out.append({"row": source, "held_out": source in HELD_OUT, "kind": what, "figures": len(errors),
                             "median_abs": float(np.median(np.abs(errors))), "median": float(np.median(errors))})
     return out
-

@@ -11,10 +11,9 @@ import math
 
 from llmbench.plan import gpus, models
 from llmbench.plan.gpus import GPU
-from llmbench.plan.memory import BYTES
+from llmbench.plan.memory import BYTES, GiB
 from llmbench.plan.models import ModelSpec
 
-GiB = 2**30
 # the page's $num_requests per ISL/OSL
 REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000, (1000, 1000): 3000,
             (1000, 2000): 1500, (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (20000, 2000): 1000}
