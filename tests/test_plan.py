@@ -13,6 +13,7 @@ from llmbench.plan import gpus, models
 from llmbench.plan.measured import capacity_of
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.planner import PlanError
+from llmbench.plan.replica import MISFIT
 from llmbench.plan.roofline import RooflineModel
 from llmbench.slo import SLO, SLOError, parse_slo
 
@@ -167,7 +168,10 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
     for row in rows:
         print(row)
         assert abs(row["error_output_throughput"]) < 0.25
-        assert abs(row["error_p99_tpot_ms"]) < 0.6 and abs(row["error_p99_ttft_ms"]) < 1.0
+        # a host that slowed the engine's own steps during the run (another process on its cores) moves its P99s
+        # by more than any model of load can say; `plan --results` warns past the same MISFIT
+        disturbed = any(abs(speed - 1) > MISFIT for speed in row["speeds"])
+        assert disturbed or (abs(row["error_p99_tpot_ms"]) < 0.6 and abs(row["error_p99_ttft_ms"]) < 1.0)
 
 
 def test_self_check_pools_the_runs_of_a_rate(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench.plan.drift import SpeedTrace, fit_drift
+from llmbench.plan.drift import SpeedTrace, fit_drift, run_speeds
 from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import SimResult, simulate
@@ -107,7 +107,8 @@ def self_check(folder: Path, calibrate: list[str], predict: list[str], drift: bo
         sims = [_pooled([simulate_label(folder, run, model, shape, t)[1] for run in runs]) for t in traces()]
         row = {"label": label, "rate": results[label]["request_rate"], "runs": len(runs),
                "each_run": [{key: results[r][key] for key in KEYS} for r in runs],
-               "range_p99_ttft_ms": bootstrap_range(ttft, 99), "range_p99_tpot_ms": bootstrap_range(tpot, 99)}
+               "range_p99_ttft_ms": bootstrap_range(ttft, 99), "range_p99_tpot_ms": bootstrap_range(tpot, 99),
+               "speeds": run_speeds([load_engine_steps(folder, run) for run in runs], model)}
         for key in KEYS:
             sim = float(np.median([s[key] for s in sims]))
             row[f"measured_{key}"] = real[key]
