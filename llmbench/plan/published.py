@@ -140,6 +140,11 @@ def inside(row: dict) -> bool:
     return low <= row["error"] <= high
 
 
+def _medians(errors: list[float]) -> dict:
+    e = np.array(errors)
+    return {"figures": len(e), "median_abs": float(np.median(np.abs(e))), "median": float(np.median(e))}
+
+
 def error_summary(rows: list[dict]) -> list[dict]:
     """Per half (tuning: the rows the priors were chosen on; held out: never tuned on) and kind of figure: how
     many, the median absolute and the median signed error, and how many fall inside their class's band."""
@@ -148,10 +153,8 @@ def error_summary(rows: list[dict]) -> list[dict]:
         for what in bands.KINDS:
             mine = [r for r in rows if r["held_out"] == held and r["kind"] == what]
             if mine:
-                errors = np.array([r["error"] for r in mine])
-                out.append({"part": part, "kind": what, "figures": len(mine),
+                out.append({"part": part, "kind": what, **_medians([r["error"] for r in mine]),
                             "p99_constrained": sum(r["metric"] == "capacity" for r in mine),
-                            "median_abs": float(np.median(np.abs(errors))), "median": float(np.median(errors)),
                             "inside_band": sum(inside(r) for r in mine)})
     return out
 
@@ -162,8 +165,7 @@ def source_summary(rows: list[dict]) -> list[dict]:
     out = []
     for source in dict.fromkeys(r["row"] for r in rows):
         for what in bands.KINDS:
-            errors = np.array([r["error"] for r in rows if r["row"] == source and r["kind"] == what])
-            if len(errors):
-                out.append({"row": source, "held_out": source in HELD_OUT, "kind": what, "figures": len(errors),
-                            "median_abs": float(np.median(np.abs(errors))), "median": float(np.median(errors))})
+            errors = [r["error"] for r in rows if r["row"] == source and r["kind"] == what]
+            if errors:
+                out.append({"row": source, "held_out": source in HELD_OUT, "kind": what, **_medians(errors)})
     return out

@@ -30,9 +30,8 @@ def _rounded_up(value: float, tiers: tuple[tuple[float, int], ...], least: int) 
 def settings(model: ModelSpec, gpu: GPU, tp: int, weight_dtype: str, kv_dtype: str, isl: float, osl: float,
              kv_fraction: float = 0.90) -> dict:
     """`max_num_seqs` and `max_num_batched_tokens` as trtllm-bench's heuristic sets them (pipeline parallel 1)."""
-    kv_heads = max(tp, model.kv_heads)
-    per_token = 2 * model.layers * kv_heads * model.head_dim * BYTES[kv_dtype] / GiB
-    available = gpu.memory / GiB * tp - model.params * BYTES[weight_dtype] / GiB
+    per_token = model.kv_bytes_per_token(BYTES[kv_dtype], tp) * tp / GiB  # its 2·L·max(TP, n_kv)·d·b, all GPUs
+    available = gpu.memory / GiB * tp - model.params * BYTES[weight_dtype] / GiB  # every parameter at that width
     requests = available * kv_fraction / (per_token * (isl + osl))
     raw_bs = min(requests, 4096)
     raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
