@@ -47,6 +47,59 @@ def test_row_e_vllm_memory_within_5_percent():
     assert m70.weights_per_gpu / GiB == pytest.approx(33.88, rel=0.02)
     assert m70.kv_per_gpu / GiB == pytest.approx(32.0, rel=0.05)
     assert not plan_memory(models.model("llama-3.1-70b"), H100, 1, "fp8", "bf16", v1).fits
+    q32 = plan_memory(models.model("qwen3-32b"), H100, 1, "bf16", "bf16", v1)  # the same page's other runs
+    assert q32.weights_per_gpu / GiB == pytest.approx(61.03, rel=0.01) and q32.kv_per_gpu / GiB == pytest.approx(
+        4.45, rel=0.05)  # 80 GiB instead of the 79.18 CUDA reports reads 5.22: +17 %
+    oss = plan_memory(models.model("gpt-oss-20b"), H100, 1, "mxfp4", "bf16", v1)  # MXFP4 experts, the rest bf16
+    assert oss.weights_per_gpu / GiB == pytest.approx(13.47, rel=0.06) and oss.kv_per_gpu / GiB == pytest.approx(
+        50.28, rel=0.03)
+
+
+# published sizes (model cards: total and active parameters) of the catalog's newer models
+NEWER_MODELS = {"qwen2.5-32b": (32.8, None), "qwen3-0.6b": (0.6, None), "qwen3-1.7b": (1.7, None),
+                "qwen3-4b": (4.0, None), "qwen3-8b": (8.2, None), "qwen3-32b": (32.8, None),
+                "qwen3-30b-a3b": (30.5, 3.3), "llama-3.2-1b": (1.24, None), "llama-3.2-3b": (3.21, None),
+                "llama-4-scout-17b-16e": (109, 17), "gpt-oss-20b": (20.9, 3.6), "gpt-oss-120b": (116.8, 5.1),
+                "glm-4.5-air": (106, 12)}
+
+
+def test_newer_catalog_models_read_to_their_published_sizes():
+    """Each entry by its fields against its model card (3 %; active within 15 %, counted as the cards do, without
+    the input embedding table: a lookup, not a matmul), and the names users paste (Hugging Face ids, -Instruct-2507
+    updates, R1 as V3's layout) resolve."""
+    for name, (total, active) in NEWER_MODELS.items():
+        m = models.model(name)
+        assert m.params / 1e9 == pytest.approx(total, rel=0.03), name
+        if active:
+            looked_up = m.vocab * m.hidden
+            assert m.experts > 1 and (m.active_params - looked_up) / 1e9 == pytest.approx(active, rel=0.15), name
+    for alias, name in (("openai/gpt-oss-120b", "gpt-oss-120b"), ("Qwen/Qwen3-235B-A22B-Instruct-2507",
+                        "qwen3-235b-a22b"), ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+                        ("zai-org/GLM-4.5-Air", "glm-4.5-air"), ("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b")):
+        assert models.model(alias) is models.MODELS[name], alias
+
+
+def test_newer_catalog_models_match_their_config_json(tmp_path):
+    """The catalog entries and the config reader agree field by field on the configs the reader is tested on."""
+    from dataclasses import asdict
+
+    from test_plan_configs import CONFIGS
+
+    for card, name in (("Qwen3-8B", "qwen3-8b"), ("Qwen3-30B-A3B", "qwen3-30b-a3b"),
+                       ("gpt-oss-120b", "gpt-oss-120b"), ("GLM-4.5-Air", "glm-4.5-air")):
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(CONFIGS[card][0]))
+        assert asdict(models.model(str(path))) == asdict(models.MODELS[name]), name
+
+
+def test_newer_gpus_and_their_aliases():
+    """Blackwell's GB200 and the RTX PRO 6000, CDNA 4's MI355X: in the catalog, under the names people write."""
+    assert gpus.gpu("GB200-NVL72").name == "GB200" and gpus.gpu("gb200").memory == 186e9
+    mi355 = gpus.gpu("MI355")
+    assert mi355.fp8_flops == pytest.approx(256 * 8192 * 2.4e9) and mi355.memory == 288e9
+    assert gpus.gpu("RTX PRO 6000 Blackwell Server Edition").link.name.startswith("PCIe")
+    assert gpus.gpu("H100").memory / GiB == pytest.approx(79.18)
 
 
 def test_parse_slo():

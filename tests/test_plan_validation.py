@@ -272,8 +272,8 @@ def test_validate_prints_the_halves_apart(tmp_path):
     r = CliRunner().invoke(main, ["plan", "validate", "--row", "D", "--row", "E", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert "sources: D Databricks blog; E llm-d memory results" in r.output
-    assert "tuning, throughput: 2 figures" in r.output and "tuning, memory: 4 figures" in r.output
-    assert "by source, tuning D, latency: 5 figures" in r.output and "by source, tuning E, memory: 4 figures" in r.output
+    assert "tuning, throughput: 2 figures" in r.output and "tuning, memory: 12 figures" in r.output
+    assert "by source, tuning D, latency: 5 figures" in r.output and "by source, tuning E, memory: 12 figures" in r.output
     rows = json.loads(out.read_text())
     assert {row["row"] for row in rows} == {"D", "E"} and not any(row["held_out"] for row in rows)
 

@@ -65,8 +65,10 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
          "CoreWeave 2024-02 A100 via Vidur constants", "cli99/llm-analysis a100-sxm-40gb.json"),
     _gpu("A100-80GB", 80 * GiB, 2039 * GB, 312e12, None, "nvlink3", "ampere", 3.67,
          "Mélange example config ($3.67/h)", "AIC systems/a100_sxm.yaml"),
-    _gpu("H100-SXM", 80 * GiB, 3350 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.25,
-         "CoreWeave 2024-02 H100 via Vidur constants", "AIC systems/h100_sxm.yaml"),
+    _gpu("H100-SXM", 79.18 * GiB, 3350 * GB, 989e12, 1978e12, "nvlink4", "hopper", 4.25,
+         "CoreWeave 2024-02 H100 via Vidur constants", "AIC systems/h100_sxm.yaml; memory: the total CUDA reports "
+         "and vLLM's gpu_memory_utilization multiplies, 79.18 GiB (llm-d-benchmark config_explorer's H100 logs; "
+         "the datasheet's 80 GB is the HBM before the driver's reservation)"),
     _gpu("H100-PCIe", 80 * GiB, 2000 * GB, 756.5e12, 1513e12, "pcie5", "hopper", None, NONE_PUBLISHED,
          "AIC systems/h100_pcie.yaml"),
     _gpu("H100-NVL", 94 * GB, 3938 * GB, 835e12, 1671e12, "pcie5", "hopper", None, NONE_PUBLISHED,
@@ -80,15 +82,26 @@ GPUS: dict[str, GPU] = {g.name: g for g in [
          "NVIDIA H200 datasheet (H200 NVL: 141 GB, 4.8 TB/s, 835/1,671 dense BF16/FP8 TFLOPS, 600 W)"),
     _gpu("B200", 180 * GiB, 7700 * GB, 2250e12, 4500e12, "nvlink5", "blackwell", None, NONE_PUBLISHED,
          "AIC systems/b200_sxm.yaml"),
+    _gpu("GB200", 186 * GB, 8000 * GB, 2500e12, 5000e12, "nvlink5", "blackwell", None, NONE_PUBLISHED,
+         "planning.md §7 (AIC systems/gb200.yaml: 8 TB/s, 2,500 dense BF16); memory: NVIDIA GB200 NVL72 datasheet, "
+         "13.4 TB HBM3e over 72 GPUs; FP8 twice BF16 as on B200"),
+    _gpu("RTX-PRO-6000", 97887 * 2**20, 1792 * GB, 467.8e12, 935.6e12, "pcie5", "ada", None, NONE_PUBLISHED,
+         "AIC systems/rtx_pro_6000_server.yaml (Server Edition at 2,430 MHz, nvidia-smi's 97,887 MiB, GDDR7); a "
+         "PCIe card with GDDR memory: it borrows the L40S's (Ada) efficiency priors"),
     _gpu("MI300X", 192 * GB, 5300 * GB, 1307.4e12, 2614.9e12, "infinity-fabric", "cdna3", 1.78,
          "midpoint of $1.71-1.85/h listings", "alpharomercoma/MI300X-vs-H200 METHODOLOGY.md"),
     _gpu("MI325X", 256 * GB, 6000 * GB, 1307.4e12, 2614.9e12, "infinity-fabric", "cdna3", None, NONE_PUBLISHED,
          "AMD Instinct MI325X datasheet (256 GB HBM3e, 6 TB/s; MI300X's compute)"),
+    _gpu("MI355X", 288 * GB, 8000 * GB, 2516.58e12, 5033.16e12, "infinity-fabric", "cdna3", None, NONE_PUBLISHED,
+         "AMD Instinct MI355X (CDNA 4; 288 GB HBM3e, 8 TB/s); dense FP8 from AMD's ISSCC paper, 8,192 "
+         "FLOP a clock per CU x 256 CUs x 2.4 GHz, BF16 half of it; MI300X's link and (CDNA 3) efficiency priors"),
 ]}
 
 ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM", "A100": "A100-80GB",
            "A100-80G": "A100-80GB", "A100-SXM": "A100-80GB", "A100-40G": "A100-40GB", "H200-SXM": "H200",
-           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X"}
+           "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X", "MI355": "MI355X",
+           "GB200-NVL72": "GB200", "B200-180GB": "B200", "RTX-PRO-6000-Blackwell": "RTX-PRO-6000",
+           "RTX-PRO-6000-Blackwell-Server-Edition": "RTX-PRO-6000", "RTX6000-PRO": "RTX-PRO-6000"}
 
 
 def _norm(name: str) -> str:

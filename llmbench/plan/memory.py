@@ -38,11 +38,15 @@ class MemoryPlan:
 
 
 def weight_bytes(model: ModelSpec, weight_dtype: str) -> float:
-    """Quantized formats keep embeddings and the LM head in bf16, as vLLM checkpoints do."""
+    """Quantized formats keep embeddings and the LM head in bf16, as vLLM checkpoints do; MXFP4 (gpt-oss) only
+    the routed experts of an MoE model, the rest in bf16 as its checkpoints ship."""
     b = BYTES[weight_dtype]
     if b >= 2:
         return model.params * b
-    return (model.params - model.embedding_params) * b + model.embedding_params * 2
+    quantized = model.params - model.embedding_params
+    if weight_dtype == "mxfp4" and model.experts > 1:
+        quantized = model.routed_expert_params
+    return quantized * b + (model.params - quantized) * 2
 
 
 SAMPLER_PEAK = 9.7  # fp32 logits of max_num_seqs rows, times the copies vLLM's sampler warm-up holds

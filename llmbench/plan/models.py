@@ -118,9 +118,31 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, sliding_window=4096, max_positions=32768),
     ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, experts=8, top_k=2, max_positions=32768),
     ModelSpec("mixtral-8x22b", 56, 6144, 48, 8, 128, 16384, 32768, experts=8, top_k=2, max_positions=65536),
+    ModelSpec("qwen2.5-32b", 64, 5120, 40, 8, 128, 27648, 152064, qkv_bias=True, max_positions=32768),
+    ModelSpec("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, tied=True, max_positions=40960),
+    ModelSpec("qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936, tied=True, max_positions=40960),
+    ModelSpec("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936, tied=True, max_positions=40960),
+    ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, max_positions=40960),
     ModelSpec("qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, max_positions=40960),
+    ModelSpec("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, max_positions=40960),
+    ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 6144, 151936, experts=128, top_k=8, moe_ffn=768,
+              max_positions=40960),
     ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 12288, 151936, experts=128, top_k=8, moe_ffn=1536,
               max_positions=40960),
+    ModelSpec("llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, tied=True, max_positions=131072),
+    ModelSpec("llama-3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, tied=True, max_positions=131072),
+    # every layer routes (one shared expert beside one of 16); its chunked local attention is not modelled
+    ModelSpec("llama-4-scout-17b-16e", 48, 5120, 40, 8, 128, 16384, 202048, experts=16, top_k=1, shared_experts=1,
+              moe_ffn=8192, max_positions=10485760),
+    # gpt-oss: biased attention, every other layer a 128-token sliding window (KV counted as if all were full:
+    # what a pool without vLLM's hybrid allocator holds); MXFP4 experts (`--weight-dtype mxfp4` applies the 4.25
+    # bits to every weight, ~1 % of them attention kept in bf16 by the checkpoint)
+    ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=32, top_k=4,
+              sliding_window=128, max_positions=131072),
+    ModelSpec("gpt-oss-120b", 36, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=128, top_k=4,
+              sliding_window=128, max_positions=131072),
+    ModelSpec("glm-4.5-air", 46, 4096, 96, 8, 128, 10944, 151552, qkv_bias=True, experts=128, top_k=8,
+              shared_experts=1, moe_ffn=1408, dense_layers=1, max_positions=131072),
     ModelSpec("deepseek-v3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8, shared_experts=1,
               moe_ffn=2048, dense_layers=3, mla_kv_dim=512 + 64, total_params=671e9,
               active_params_published=37e9, max_positions=163840),
@@ -131,7 +153,13 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _plain("mpt-7b", 32, 4096, 32, 16384, 50432, tied=True, max_positions=2048),
 ]}
 
-PREFIXES = ("meta-llama/", "qwen/", "mistralai/", "deepseek-ai/", "facebook/", "mosaicml/")
+PREFIXES = ("meta-llama/", "qwen/", "mistralai/", "deepseek-ai/", "facebook/", "mosaicml/", "openai/", "zai-org/")
+# the same architecture under another checkpoint's name (R1 and V3.1 are V3's layout; the -Instruct-2507 updates
+# keep their model's)
+ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
+           "deepseek-v3.1": "deepseek-v3", "llama-4-scout": "llama-4-scout-17b-16e",
+           "qwen3-30b-a3b-2507": "qwen3-30b-a3b", "qwen3-235b-a22b-2507": "qwen3-235b-a22b",
+           "qwen3-4b-2507": "qwen3-4b"}
 
 
 def model(name_or_path: str) -> ModelSpec:
@@ -143,6 +171,7 @@ def model(name_or_path: str) -> ModelSpec:
     for prefix in PREFIXES:
         key = key.removeprefix(prefix)
     key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "")
+    key = ALIASES.get(key, key)
     if key in MODELS:
         return MODELS[key]
     raise KeyError(f"unknown model {name_or_path!r}; known: {', '.join(MODELS)}, or a path to a config.json")

@@ -70,6 +70,13 @@ CASES = [
          {"weights_gib_per_gpu": 14.99, "kv_gib_per_gpu": 51.38}),
     Case("E", "E: Llama-3.3-70B FP8, 2xH100 TP2, vLLM u=0.9", "llama-3.3-70b", "H100-SXM", 2, "vllm", "memory", 0,
          {"weights_gib_per_gpu": 33.88, "kv_gib_per_gpu": 32.0}, "fp8"),
+    # the same page's other runs that load (one H100, u = 0.9), read once the catalog had their models
+    *[Case("E", f"E: {name}, 1xH100, vLLM u=0.9", model, "H100-SXM", 1, "vllm", "memory", 0,
+           {"weights_gib_per_gpu": weights, "kv_gib_per_gpu": kv}, dtype)
+      for name, model, dtype, weights, kv in (("Qwen3-0.6B", "qwen3-0.6b", "bf16", 1.12, 64.45),
+                                              ("Qwen3-32B", "qwen3-32b", "bf16", 61.03, 4.45),
+                                              ("gpt-oss-20b MXFP4", "gpt-oss-20b", "mxfp4", 13.47, 50.28),
+                                              ("gpt-oss-120b MXFP4", "gpt-oss-120b", "mxfp4", 64.38, 3.33))],
 ]
 # Row A's published runs count tokens with Llama-3's tokenizer: 4281.5 output tok/s at 22.03 req/s is 194.3
 # output tokens per request. The bundled tokenizer's ShareGPT sample is rescaled to that mean.
