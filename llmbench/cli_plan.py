@@ -35,7 +35,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
 @click.option("--model", help="Catalog model or a config.json path (default llama-3.1-8b without --results; with "
                                "them, the served checkpoint's config.json when it is on this machine).")
 @click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4", "mxfp4"]),
-              help="Default: the measured engine's quantization (from --results), else bf16.")
+              help="Default: the measured engine's quantization (from --results), else the format the "
+                   "checkpoint ships (gpt-oss mxfp4, DeepSeek-V3/R1 fp8, a config.json's quantization_config), "
+                   "else bf16.")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]),
               help="Default: the measured engine's kv_cache_dtype (from --results), else bf16.")
 @click.option("--engine", default="vllm", show_default=True,
@@ -114,7 +116,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
             measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
-            weight_dtype=o["weight_dtype"] or measured.get("weight_dtype", "bf16"),
+            weight_dtype=o["weight_dtype"] or measured.get("weight_dtype"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
             num_requests=o["num_prompts"],
             burst_headroom=o["burst_headroom"], spares=o["spares"], gpus_per_replica=o["gpus_per_replica"],

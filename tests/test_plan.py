@@ -355,3 +355,30 @@ def test_other_architectures_and_gpu_specs(tmp_path):
     gpu_file.write_text(json.dumps({"name": "X1", "memory_gb": 96}))
     with pytest.raises(KeyError, match="missing bandwidth_gb_s, bf16_tflops"):
         gpus.gpu_from_spec(gpu_file)
+
+
+def test_weights_default_to_the_format_the_checkpoint_ships(tmp_path):
+    """gpt-oss ships MXFP4 experts and DeepSeek-R1 FP8 blocks: without --weight-dtype a plan takes those (bf16 put
+    gpt-oss-120b on two GPUs it fits one of), a config.json's quantization_config says it for any other, and the
+    flag still wins."""
+    from llmbench.plan.models import checkpoint_dtype
+
+    def memory(*flags: str) -> dict:
+        out = tmp_path / "plan.json"
+        r = CliRunner().invoke(main, ["plan", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--max-throughput",
+                                      "--input-len", "256", "--output-len", "32", "--num-prompts", "50",
+                                      "--no-search", "--out", str(out), *flags])
+        assert r.exit_code == 0, r.output
+        return json.loads(out.read_text())["memory"]
+
+    shipped, bf16 = memory(), memory("--weight-dtype", "bf16")
+    assert shipped["tensor_parallel"] == 1 and shipped["weights_gib_per_gpu"] == pytest.approx(60.7, rel=0.01)
+    assert bf16["tensor_parallel"] >= 4
+    assert models.model("deepseek-ai/DeepSeek-R1").checkpoint_dtype == "fp8"
+    assert models.model("qwen3-32b").checkpoint_dtype == "bf16"
+    group = {"weights": {"num_bits": 8, "type": "float"}}
+    for quant, dtype in (({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
+                         ({"quant_method": "awq", "bits": 4}, "int4"), ({"quant_method": "gptq", "bits": 8}, "int8"),
+                         ({"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}, "fp8"),
+                         ({"quant_method": "bitsandbytes"}, "bf16")):
+        assert checkpoint_dtype({"quantization_config": quant}) == dtype, quant

@@ -35,6 +35,7 @@ class ModelSpec:
     active_params_published: float | None = None
     sliding_window: int | None = None
     max_positions: int = 4096
+    checkpoint_dtype: str = "bf16"  # the weights as the published checkpoint ships them: the default --weight-dtype
 
     @cached_property
     def params(self) -> float:
@@ -135,17 +136,17 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("llama-4-scout-17b-16e", 48, 5120, 40, 8, 128, 16384, 202048, experts=16, top_k=1, shared_experts=1,
               moe_ffn=8192, max_positions=10485760),
     # gpt-oss: biased attention, every other layer a 128-token sliding window (KV counted as if all were full:
-    # what a pool without vLLM's hybrid allocator holds); MXFP4 experts (`--weight-dtype mxfp4` applies the 4.25
-    # bits to every weight, ~1 % of them attention kept in bf16 by the checkpoint)
+    # what a pool without vLLM's hybrid allocator holds); MXFP4 experts (`--weight-dtype mxfp4`: the routed
+    # experts in 4.25 bits, the rest bf16, as the checkpoints ship)
     ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=32, top_k=4,
-              sliding_window=128, max_positions=131072),
+              sliding_window=128, max_positions=131072, checkpoint_dtype="mxfp4"),
     ModelSpec("gpt-oss-120b", 36, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=128, top_k=4,
-              sliding_window=128, max_positions=131072),
+              sliding_window=128, max_positions=131072, checkpoint_dtype="mxfp4"),
     ModelSpec("glm-4.5-air", 46, 4096, 96, 8, 128, 10944, 151552, qkv_bias=True, experts=128, top_k=8,
               shared_experts=1, moe_ffn=1408, dense_layers=1, max_positions=131072),
     ModelSpec("deepseek-v3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8, shared_experts=1,
               moe_ffn=2048, dense_layers=3, mla_kv_dim=512 + 64, total_params=671e9,
-              active_params_published=37e9, max_positions=163840),
+              active_params_published=37e9, max_positions=163840, checkpoint_dtype="fp8"),
     _plain("opt-13b", 40, 5120, 40, 20480, 50272, tied=True, linear_bias=True, learned_positions=2050,
            max_positions=2048),
     _plain("opt-30b", 48, 7168, 56, 28672, 50272, tied=True, linear_bias=True, learned_positions=2050,
@@ -237,6 +238,22 @@ def model_from_config(path: Path) -> ModelSpec:
                      linear_bias=not cfg.get("no_bias", True), max_positions=cfg.get("max_seq_len", 2048))
 
 
+def checkpoint_dtype(cfg: dict) -> str:
+    """The weights' format from config.json's `quantization_config`: MXFP4 (gpt-oss), FP8 (DeepSeek's blocks, Qwen's
+    -FP8), AWQ/GPTQ and compressed-tensors by their bits; bf16 when there is none or it is not one of these."""
+    quant = cfg.get("quantization_config") or {}
+    method = str(quant.get("quant_method", "")).lower()
+    if method in ("mxfp4", "fp8"):
+        return method
+    bits = quant.get("bits") or quant.get("w_bit")
+    if method == "compressed-tensors":
+        weights = next((g.get("weights") or {} for g in (quant.get("config_groups") or {}).values()), {})
+        bits = weights.get("num_bits")
+        if bits == 8 and weights.get("type") == "float":
+            return "fp8"
+    return {4: "int4", 8: "int8"}.get(bits, "bf16") if method in ("awq", "gptq", "compressed-tensors") else "bf16"
+
+
 def _llama(path: Path, cfg: dict) -> ModelSpec:
     """Llama, Mistral, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3, gpt-oss, GLM-4.x, Gemma, Phi: one
     layout, each family's own names for the MoE fields; the dense layers of an MoE model (DeepSeek's and
@@ -257,7 +274,7 @@ def _llama(path: Path, cfg: dict) -> ModelSpec:
             cfg.get("moe_intermediate_size") or cfg["intermediate_size"])),
         moe_ffn=cfg.get("moe_intermediate_size"), dense_layers=dense,
         sliding_window=cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
-        max_positions=cfg.get("max_position_embeddings", 4096),
+        max_positions=cfg.get("max_position_embeddings", 4096), checkpoint_dtype=checkpoint_dtype(cfg),
     )
     if cfg.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): low-rank q and kv projections
         h, rope, nope = cfg["hidden_size"], cfg.get("qk_rope_head_dim", 64), cfg.get("qk_nope_head_dim", 128)

@@ -46,7 +46,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         raise PlanError(str(err.args[0])) from None
     if work.max_tokens > max_len:
         raise PlanError(f"the workload has requests of {work.max_tokens} tokens, over --max-model-len {max_len}")
-    kw = {"weight_dtype": req.weight_dtype, "kv_dtype": req.kv_dtype, "engine": engine}
+    dtype = req.weight_dtype or model.checkpoint_dtype
+    kw = {"weight_dtype": dtype, "kv_dtype": req.kv_dtype, "engine": engine}
     if req.gpus_per_replica:
         mem = plan_memory(model, gpu, req.gpus_per_replica, **kw)
         if not mem.fits or mem.kv_tokens < max_len:
@@ -55,14 +56,15 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         mem = smallest_tp(model, gpu, max_len, **kw)
         if mem is None:
             raise PlanError(describe_misfit(model, gpu, max_len, **kw))
-    roof = RooflineModel(model, gpu, mem.tp, req.weight_dtype, req.kv_dtype, engine)
+    roof = RooflineModel(model, gpu, mem.tp, dtype, req.kv_dtype, engine)
     shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate)
     memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
               "activation_gib_per_gpu": mem.activation_per_gpu / GiB, "other_gib_per_gpu": mem.other_per_gpu / GiB,
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
               "kv_capacity_tokens": mem.kv_tokens, "max_model_len": max_len,
               "concurrent_requests_at_mean_length": mem.kv_tokens / (work.mean_prompt + work.mean_output)}
-    how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active) on "
+    how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active, "
+           f"{dtype} weights) on "
            f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
            f"MFU {roof.efficiency.mfu:.2f} / MBU {roof.efficiency.mbu:.2f} ({roof.efficiency.source})")
     setup = search.SimSetup(roof, shape, work, req.seeds, req.num_requests or req.requests_per_sim,

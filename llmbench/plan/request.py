@@ -37,7 +37,7 @@ class PlanRequest:
     measured_gpu: str | None = None  # where the --results sweep ran, when it is not --gpu
     measured_tp: int | None = None
     model: str | None = None  # None: DEFAULT_MODEL, or the served model's config.json beside --results
-    weight_dtype: str = "bf16"
+    weight_dtype: str | None = None  # None: the format the model's checkpoint ships (ModelSpec.checkpoint_dtype)
     kv_dtype: str = "bf16"
     engine: str = "vllm"
     knobs: dict = field(default_factory=dict)  # EngineProfile fields the user set
