@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmbench.plan.models import model_from_config
+from llmbench.plan.model_config import model_from_config
 
 CONFIGS = {
     # name: (config.json fields, published total params, published active params or None)
@@ -36,12 +36,17 @@ CONFIGS = {
                      "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
                      "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
                      "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280,
-                     "max_position_embeddings": 163840, "tie_word_embeddings": False}, 671e9, 37e9),
+                     "max_position_embeddings": 163840, "tie_word_embeddings": False,
+                     "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                                             "weight_block_size": [128, 128]}}, 671e9, 37e9),
     "gpt-oss-120b": ({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
                       "num_attention_heads": 64, "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 64,
                       "num_local_experts": 128, "num_experts_per_tok": 4, "experts_per_token": 4,
                       "vocab_size": 201088, "sliding_window": 128, "max_position_embeddings": 131072,
-                      "attention_bias": True, "tie_word_embeddings": False}, 116.8e9, 5.1e9),
+                      "attention_bias": True, "tie_word_embeddings": False,
+                      "quantization_config": {"quant_method": "mxfp4",
+                                              "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}},
+                     116.8e9, 5.1e9),
     "GLM-4.5-Air": ({"model_type": "glm4_moe", "hidden_size": 4096, "intermediate_size": 10944,
                      "moe_intermediate_size": 1408, "num_attention_heads": 96, "num_hidden_layers": 46,
                      "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 128, "n_shared_experts": 1,
@@ -101,3 +106,6 @@ def test_moe_and_mla_details(tmp_path):
     assert deepseek.kv_bytes_per_token(1) == 61 * 576  # one latent per layer, whatever the heads
     assert read("Gemma-2-9B").tied and read("Gemma-3-27B (text_config)").layers == 62
     assert read("gpt-oss-120b").top_k == 4
+    # the format the checkpoint ships, from quantization_config: a plan's default --weight-dtype
+    assert (read("gpt-oss-120b").checkpoint_dtype, deepseek.checkpoint_dtype, qwen.checkpoint_dtype) == (
+        "mxfp4", "fp8", "bf16")
