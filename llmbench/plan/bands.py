@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbench.plan.models import ModelSpec
+from llmbench.plan.model_spec import ModelSpec
 
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")

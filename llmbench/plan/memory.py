@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from llmbench.plan.engines import PROFILES, EngineProfile
 from llmbench.plan.gpus import GPU, GiB
-from llmbench.plan.models import ModelSpec
+from llmbench.plan.model_spec import ModelSpec
 
 # int8: per-channel scales are negligible; int4: one fp16 scale and one 4-bit zero per group of 128
 # MXFP4 (gpt-oss): 4-bit values and one 8-bit scale per 32 (OCP microscaling)

@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from llmbench.plan.models import ModelSpec
+from llmbench.plan.model_spec import ModelSpec
 
 # config.json field names per layout: layers, hidden, heads, FFN, vocab
 LAYOUTS = {

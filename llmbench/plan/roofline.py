@@ -27,7 +27,7 @@ from llmbench.plan import cuda_graphs
 from llmbench.plan.engines import PROFILES, EngineProfile
 from llmbench.plan.gpus import GPU
 from llmbench.plan.memory import BYTES, weight_bytes
-from llmbench.plan.models import ModelSpec
+from llmbench.plan.model_spec import ModelSpec
 
 
 @dataclass(frozen=True)

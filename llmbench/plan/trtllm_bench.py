@@ -12,7 +12,7 @@ import math
 from llmbench.plan import gpus, models
 from llmbench.plan.gpus import GPU
 from llmbench.plan.memory import BYTES, GiB
-from llmbench.plan.models import ModelSpec
+from llmbench.plan.model_spec import ModelSpec
 
 # the page's $num_requests per ISL/OSL
 REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (500, 2000): 3000, (1000, 1000): 3000,
