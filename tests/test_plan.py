@@ -376,6 +376,13 @@ def test_weights_default_to_the_format_the_checkpoint_ships(tmp_path):
     assert bf16["tensor_parallel"] >= 4
     assert models.model("deepseek-ai/DeepSeek-R1").checkpoint_dtype == "fp8"
     assert models.model("qwen3-32b").checkpoint_dtype == "bf16"
+    for name, base, dtype in (("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "llama-3.3-70b", "fp8"),
+                              ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "qwen3-235b-a22b", "fp8"),
+                              ("Qwen/Qwen2.5-72B-Instruct-AWQ", "qwen2.5-72b", "int4"),
+                              ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "qwen2.5-7b", "int8")):
+        quantized = models.model(name)  # a quantized checkpoint's name: its model's layout, the suffix's format
+        assert (quantized.params, quantized.checkpoint_dtype) == (models.MODELS[base].params, dtype), name
+    assert models.MODELS["llama-3.3-70b"].checkpoint_dtype == "bf16"
     group = {"weights": {"num_bits": 8, "type": "float"}}
     for quant, dtype in (({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
                          ({"quant_method": "awq", "bits": 4}, "int4"), ({"quant_method": "gptq", "bits": 8}, "int8"),

@@ -3,6 +3,7 @@ takes any Hugging Face `config.json` of a supported layout (model_config.py read
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from llmbench.plan.model_config import model_from_config
@@ -67,7 +68,11 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _plain("mpt-7b", 32, 4096, 32, 16384, 50432, tied=True, max_positions=2048),
 ]}
 
-PREFIXES = ("meta-llama/", "qwen/", "mistralai/", "deepseek-ai/", "facebook/", "mosaicml/", "openai/", "zai-org/")
+PREFIXES = ("meta-llama/", "qwen/", "mistralai/", "deepseek-ai/", "facebook/", "mosaicml/", "openai/", "zai-org/",
+            "redhatai/", "neuralmagic/", "nvidia/", "hugging-quants/")
+# a quantized checkpoint's name: its model's layout, the weights in the format the suffix says
+QUANT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "int4"), ("-awq", "int4"),
+                  ("-gptq-int4", "int4"), ("-gptq-int8", "int8"), ("-w4a16", "int4"), ("-w8a8", "int8"))
 # the same architecture under another checkpoint's name (R1 and V3.1 are V3's layout; the -Instruct-2507 updates
 # keep their model's)
 ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
@@ -77,7 +82,8 @@ ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "dee
 
 
 def model(name_or_path: str) -> ModelSpec:
-    """A catalog model (Hugging Face ids and -Instruct names accepted) or a config.json path."""
+    """A catalog model (Hugging Face ids, -Instruct names and quantized checkpoints' names accepted: `-FP8`,
+    `-AWQ`, `-GPTQ-Int4` set the format the weights ship in) or a config.json path."""
     path = Path(name_or_path)
     if path.is_dir() or path.name == "config.json":
         return model_from_config(path if path.name == "config.json" else path / "config.json")
@@ -85,7 +91,10 @@ def model(name_or_path: str) -> ModelSpec:
     for prefix in PREFIXES:
         key = key.removeprefix(prefix)
     key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "")
+    shipped = next(((suffix, dtype) for suffix, dtype in QUANT_SUFFIXES if key.endswith(suffix)), None)
+    if shipped:
+        key = key.removesuffix(shipped[0])
     key = ALIASES.get(key, key)
     if key in MODELS:
-        return MODELS[key]
+        return replace(MODELS[key], checkpoint_dtype=shipped[1]) if shipped else MODELS[key]
     raise KeyError(f"unknown model {name_or_path!r}; known: {', '.join(MODELS)}, or a path to a config.json")
