@@ -359,7 +359,7 @@ def test_other_architectures_and_gpu_specs(tmp_path):
 
 def test_weights_default_to_the_format_the_checkpoint_ships(tmp_path):
     """gpt-oss ships MXFP4 experts and DeepSeek-R1 FP8 blocks: without --weight-dtype a plan takes those (bf16 put
-    gpt-oss-120b on two GPUs it fits one of), a config.json's quantization_config says it for any other, and the
+    gpt-oss-120b on four GPUs it fits one of), a config.json's quantization_config says it for any other, and the
     flag still wins."""
     from llmbench.plan.model_config import checkpoint_dtype
 
