@@ -176,10 +176,10 @@ def workload(o: dict, options: dict):
 
 
 @plan_command.command("validate")
-@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H", "M4", "M5", "I", "V", "G"]),
+@click.option("--row", multiple=True, type=click.Choice(["A", "B", "C", "D", "E", "H", "M4", "M5", "I", "V", "G", "L"]),
               help="Only these sources: A-E planning.md §9, M4 MLPerf v4.1, M5 MLPerf v5.1, I inference-sim's vLLM "
-                   "on H100 (tuning); H TensorRT-LLM's other rows, V a vLLM 0.14 rate sweep, G GPUStack's bursts (held "
-                   "out).")
+                   "on H100 (tuning); H TensorRT-LLM's other rows, V a vLLM 0.14 rate sweep, G GPUStack's bursts, L "
+                   "the same lab's other pages (held out).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
 def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
     """Every published row put to the planner, predicted beside published: the tuning half (the sources the
@@ -189,16 +189,16 @@ def validate_command(row: tuple[str, ...], json_out: str | None) -> None:
     from rich.table import Table
 
     from llmbench.live import terminal
-    from llmbench.plan import bands, burst_runs, held_out, inference_sim, mlperf, rate_sweep
+    from llmbench.plan import bands, burst_runs, held_out, inference_sim, lab_pages, mlperf, rate_sweep
     from llmbench.plan.published import CASES, SOURCES, error_summary, inside, source_summary, validate
 
     cases = [c for c in CASES + inference_sim.CASES + held_out.CASES + mlperf.cases() + rate_sweep.CASES
-             + burst_runs.CASES
+             + burst_runs.CASES + lab_pages.CASES
              if not row or c.row in row]
     console = terminal()  # wide when piped: a case and its band stay on one line
     rows = [r for case in track(cases, description="simulating", console=console, transient=True)
             for r in validate([case])]
-    table = Table(title="llmbench plan validate — tuning sources (A-E, M4, M5, I) and held-out sources (H, V, G)")
+    table = Table(title="llmbench plan validate — tuning sources (A-E, M4, M5, I) and held-out sources (H, V, G, L)")
     for col in ("case", "metric", "published", "predicted", "error", "band"):
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")
     for r in rows:

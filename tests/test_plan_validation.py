@@ -19,11 +19,13 @@ from llmbench.plan import (
     gpus,
     held_out,
     inference_sim,
+    lab_pages,
     mlperf,
     models,
     rate_sweep,
     trtllm_bench,
 )
+from llmbench.plan.case import Case
 from llmbench.plan.published import CASES, HELD_OUT, SOURCES, error_summary, inside, validate
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, saturation
@@ -44,7 +46,7 @@ def test_mlperf_rows_are_tuning_and_the_held_out_half_has_enough_tails():
     cases = mlperf.cases()
     assert {c.row for c in cases} == {"M4", "M5"} and not set(HELD_OUT) & {"M4", "M5"}
     assert all((c.row == "M5") == ("v5.1" in c.what) for c in cases)
-    every = CASES + inference_sim.CASES + held_out.CASES + cases + rate_sweep.CASES + burst_runs.CASES
+    every = CASES + inference_sim.CASES + held_out.CASES + cases + rate_sweep.CASES + burst_runs.CASES + lab_pages.CASES
     held = [m for c in every if c.row in HELD_OUT for m in c.published]
     assert len(held) >= 40 and sum(m.startswith("p99_") or m == "capacity" for m in held) >= 15
     assert set(HELD_OUT) <= set(SOURCES) and {c.row for c in every} <= set(SOURCES)
@@ -90,6 +92,42 @@ def test_the_moe_bursts_are_held_out_by_their_rule():
     tuned = [c for c in cases if c.knobs]
     assert tuned and all(c.knobs == {"max_num_batched_tokens": 16384} and c.weight_dtype == "fp8" for c in tuned)
     assert "latency" not in bands.NOTES["MoE"] and bands.BANDS["MoE"]["p99"] != bands.BANDS["dense, TP <= 2"]["p99"]
+
+
+def test_the_lab_pages_are_held_out_by_their_rule():
+    """GPUStack's other pages (L), read after everything was chosen: held out, each page named; no kept command
+    carries a flag the rule leaves out, each engine flag reaches the profile, the GLM-4.5-Air random runs (printed
+    identically on two pages) are absent, and the figures are the page's (Qwen3-14B, vLLM, one A100, ShareGPT)."""
+    cases = lab_pages.CASES
+    assert len(cases) >= 70 and all(c.row == "L" and c.row in HELD_OUT for c in cases)
+    assert {c.source.removeprefix("gpustack/gpustack:docs/performance-lab/").removesuffix(".md")
+            for c in cases} == set(lab_pages.PAGES)
+    left_out = ("--ep-size", "--ep_size", "--enable-expert-parallel", "--enable-dp-attention", "--pp-size", "-pp",
+                "--async-scheduling", "--attention-backend", "--cuda-graph-max-bs", "--enable-torch-compile",
+                "--speculative-algorithm")
+    assert not any(flag in command.split() for _, command, _ in lab_pages.RUNS for flag in left_out)
+    assert not [c for c in cases if c.model == "glm-4.5-air" and c.isl]
+    assert lab_pages.server("trtllm-serve Qwen/Qwen3-14B --max_num_tokens=32768", "0.11") == (
+        "trtllm", "Qwen/Qwen3-14B", 1, {"max_num_batched_tokens": 32768})
+    assert lab_pages.server("sglang --model zai-org/GLM-4.5-Air-FP8 --tp-size 4", "0.11")[1:3] == (
+        "zai-org/GLM-4.5-Air-FP8", 4)
+    fp8 = [c for c in cases if c.model == "glm-4.5-air" and c.weight_dtype == "fp8"]
+    assert len(fp8) == 1 and fp8[0].engine == "sglang"
+    closed = [c for c in cases if c.mode == "concurrency"]
+    assert {int(c.value) for c in closed} == {1, 2, 4, 8} and all(c.requests == 100 for c in closed)
+    (run,) = [c for c in cases if c.what.startswith("L: Qwen3-14B vllm, 1xA100-80GB, ShareGPT")]
+    assert run.engine == "vllm@0.11" and run.published["mean_ttft_ms"] == 41875.1
+    assert run.sharegpt_means == pytest.approx((217.393, 201.605))
+
+
+def test_validate_refuses_a_setup_that_does_not_fit():
+    """A published setup whose weights the GPUs cannot hold gets no figure (it had been simulated with no KV
+    cache and read as -100 %): the error names the case and the memory."""
+    case = Case("L", "L: GLM-4.5-Air BF16 on two H100s", "glm-4.5-air", "H100-SXM", 2, "sglang", "max", 0,
+                {"output_throughput": 2985.45}, isl=128, osl=4, requests=10)
+    with pytest.raises(ValueError, match="GLM-4.5-Air BF16 on two H100s: glm-4.5-air does not fit H100-SXM at TP2"):
+        validate([case])
+    assert validate([replace(case, tp=4)])[0]["predicted"] > 0
 
 
 def test_inference_sims_vllm_run_is_a_tuning_source_phrased_as_it_ran():
@@ -139,7 +177,7 @@ def test_the_stored_table_is_what_the_planner_says_now():
     stored = {(r["case"], r["metric"]): r for r in json.loads(TABLE.read_text())}
     sample = held_out.CASES[::8] + mlperf.cases([r for r in mlperf.ROWS if r.round == mlperf.LATER
                                                  and (r.submitter, r.system) in RECOMPUTED]) + rate_sweep.CASES[::3] + burst_runs.CASES[::3]
-    sample += inference_sim.CASES
+    sample += inference_sim.CASES + lab_pages.CASES[::6]
     rows = validate(sample)
     assert len(rows) >= 15
     for r in rows:

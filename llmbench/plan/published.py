@@ -7,7 +7,7 @@ import numpy as np
 
 from llmbench.plan import bands, engines, gpus, mlperf, models, trtllm_bench
 from llmbench.plan.case import Case
-from llmbench.plan.memory import GiB, plan_memory
+from llmbench.plan.memory import GiB, describe_misfit, plan_memory
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, max_throughput
 from llmbench.plan.workload import Workload
@@ -25,15 +25,17 @@ def kind(metric: str) -> str:
 # rows by source: §9 (A-E) and MLPerf v4.1 (M4) chose the priors, MLPerf v5.1 (M5, mlperf.py) the knee exponent
 # with them, inference-sim's vLLM ground truth on H100 (I, inference_sim.py) vLLM V1's fixed costs; TensorRT-LLM's
 # other rows (H, held_out.py), a vLLM 0.14 rate sweep (V, rate_sweep.py) and GPUStack's bursts (G, burst_runs.py)
-# were read only after, never tuned on
-HELD_OUT = ("H", "V", "G")
+# were read only after, never tuned on; the same lab's other pages (L, lab_pages.py) were read after all of it
+HELD_OUT = ("H", "V", "G", "L")
 SOURCES = {"A": "SGLang v0.3 / vLLM v0.6 blog", "B": "TensorRT-LLM perf overview (section 9 rows)",
            "C": "NIM 1.8 benchmarks", "D": "Databricks blog", "E": "llm-d memory results",
            "M4": "MLPerf Inference v4.1", "H": "TensorRT-LLM perf overview (other rows)",
            "M5": "MLPerf Inference v5.1",
            "I": "inference-sim's vLLM ground truth on H100 (sim-to-real-accuracy-validation)",
            "V": "vLLM 0.14 rate sweep on H200 (DO-Solutions gtc-2026-doks)",
-           "G": "GPUStack performance lab, Qwen3-235B-A22B and Qwen3-14B on H100"}
+           "G": "GPUStack performance lab, Qwen3-235B-A22B and Qwen3-14B on H100",
+           "L": "GPUStack performance lab, its other pages (DeepSeek-R1, GLM-4.5-Air, gpt-oss, Qwen3 on A100, H100 "
+                "and H200)"}
 VLLM_060 = {"scheduler_steps": 10, "max_num_batched_tokens": 8192}  # the blog's --num-scheduler-steps 10
 ROW_A = "A: Llama-3.1-8B, 1xA100-80GB, ShareGPT"
 B = [(128, 128, 28312, 27911), (1000, 1000, 15220, 17744), (2048, 128, 3450, 3538), (5000, 500, 3459, 3902),
@@ -96,6 +98,10 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
     if case.mode == "memory":
         return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}
+    if not mem.fits:  # a setup the planner cannot hold: no figure, rather than a simulation of nothing
+        why = describe_misfit(model, gpu, case.isl + case.osl or 1, case.tp, weight_dtype=case.weight_dtype,
+                              kv_dtype=case.kv_dtype, engine=engine)
+        raise ValueError(f"{case.what}: {why}")
     if case.bench:
         roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
         work = mlperf.workload(case.bench, case.tokens_per_sample)
