@@ -268,6 +268,29 @@ def test_gpu_names_forgive_case_separators_and_suggest():
     assert gpus.gpu("H100-80GB").name == gpus.gpu("h100_sxm").name == "H100-SXM"
     with pytest.raises(KeyError, match="did you mean H100-SXM"):
         gpus.gpu("H10")
+    # as nvidia-smi and rocm-smi print them, and as benchmark pages write them
+    for name, known in (("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+                        ("A100 SXM 80GB", "A100-80GB"), ("NVIDIA H100 NVL", "H100-NVL"),
+                        ("AMD Instinct MI300X", "MI300X"), ("NVIDIA GH200 480GB", "GH200")):
+        assert gpus.gpu(name).name == known, name
+    with pytest.raises(KeyError, match="unknown GPU 'Tesla T4'"):
+        gpus.gpu("Tesla T4")
+
+
+def test_fine_tunes_take_their_base_models_layout():
+    """A checkpoint named by whoever publishes it, a chat or distilled fine-tune: its base model's layout (the
+    seed article's Llama-2-7b-chat-hf; DeepSeek-R1's distilled models by the bases its README names)."""
+    for name, base, dtype in (("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b", "bf16"),
+                              ("TheBloke/Llama-2-7B-Chat-AWQ", "llama-2-7b", "int4"),
+                              ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "llama-3.3-70b", "bf16"),
+                              ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b", "bf16"),
+                              ("Qwen/QwQ-32B", "qwen2.5-32b", "bf16"),
+                              ("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2.5-7b", "bf16"),
+                              ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b", "bf16")):
+        spec = models.model(name)
+        assert (spec.name, spec.checkpoint_dtype) == (base, dtype), name
+    with pytest.raises(KeyError, match="unknown model 'google/gemma-3-27b-it'"):
+        models.model("google/gemma-3-27b-it")
 
 
 def test_moe_decode_reads_nearly_every_expert_beyond_a_few_tokens():

@@ -101,7 +101,12 @@ ALIASES = {"H100": "H100-SXM", "H100-80GB": "H100-SXM", "H100-SXM5": "H100-SXM",
            "A100-80G": "A100-80GB", "A100-SXM": "A100-80GB", "A100-40G": "A100-40GB", "H200-SXM": "H200",
            "H200-141GB": "H200", "A10": "A10G", "L40S-48GB": "L40S", "MI300": "MI300X", "MI355": "MI355X",
            "GB200-NVL72": "GB200", "B200-180GB": "B200", "RTX-PRO-6000-Blackwell": "RTX-PRO-6000",
-           "RTX-PRO-6000-Blackwell-Server-Edition": "RTX-PRO-6000", "RTX6000-PRO": "RTX-PRO-6000"}
+           "RTX-PRO-6000-Blackwell-Server-Edition": "RTX-PRO-6000", "RTX6000-PRO": "RTX-PRO-6000",
+           # as nvidia-smi names them (its "NVIDIA " dropped), and as benchmark pages write them
+           "A100-SXM4-80GB": "A100-80GB", "A100-SXM4-40GB": "A100-40GB", "A100-SXM-80GB": "A100-80GB",
+           "H100-80GB-HBM3": "H100-SXM", "H100-SXM-80GB": "H100-SXM", "GH200-480GB": "GH200",
+           "H200-NVL-141GB": "H200-NVL"}
+VENDORS = ("NVIDIA", "AMDINSTINCT", "AMD", "TESLA")  # name prefixes nvidia-smi and rocm-smi print
 
 
 def _norm(name: str) -> str:
@@ -113,6 +118,8 @@ def gpu(name: str) -> GPU:
     """A catalog GPU by name or alias, case and separators ignored; a near miss gets a suggestion."""
     names = {_norm(k): v for k, v in ALIASES.items()} | {_norm(k): k for k in GPUS}
     key = _norm(name)
+    for vendor in VENDORS:
+        key = key.removeprefix(vendor)
     if key in names:
         return GPUS[names[key]]
     close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)

@@ -68,17 +68,22 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _plain("mpt-7b", 32, 4096, 32, 16384, 50432, tied=True, max_positions=2048),
 ]}
 
-PREFIXES = ("meta-llama/", "qwen/", "mistralai/", "deepseek-ai/", "facebook/", "mosaicml/", "openai/", "zai-org/",
-            "redhatai/", "neuralmagic/", "nvidia/", "hugging-quants/")
 # a quantized checkpoint's name: its model's layout, the weights in the format the suffix says
 QUANT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "int4"), ("-awq", "int4"),
                   ("-gptq-int4", "int4"), ("-gptq-int8", "int8"), ("-w4a16", "int4"), ("-w8a8", "int8"))
-# the same architecture under another checkpoint's name (R1 and V3.1 are V3's layout; the -Instruct-2507 updates
-# keep their model's)
+# the same architecture under another checkpoint's name: R1 and V3.1 are V3's layout, the -Instruct-2507 updates
+# keep their model's, and fine-tunes keep their base's (DeepSeek-R1's README: the distilled models' bases are
+# Llama-3.1-8B, Llama-3.3-70B-Instruct, Qwen2.5-14B and -32B, Qwen2.5-Math-7B, Qwen2.5-7B's layout; QwQ-32B and
+# Qwen2.5-Coder are Qwen2.5's layout at their size; Mistral-7B v0.2/v0.3 differ from v0.1 only in vocabulary, 768
+# rows, and context)
 ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
            "deepseek-v3.1": "deepseek-v3", "llama-4-scout": "llama-4-scout-17b-16e",
            "qwen3-30b-a3b-2507": "qwen3-30b-a3b", "qwen3-235b-a22b-2507": "qwen3-235b-a22b",
-           "qwen3-4b-2507": "qwen3-4b"}
+           "qwen3-4b-2507": "qwen3-4b", "deepseek-r1-distill-llama-8b": "llama-3.1-8b",
+           "deepseek-r1-distill-llama-70b": "llama-3.3-70b", "deepseek-r1-distill-qwen-7b": "qwen2.5-7b",
+           "deepseek-r1-distill-qwen-14b": "qwen2.5-14b", "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
+           "qwq-32b": "qwen2.5-32b", "qwen2.5-coder-7b": "qwen2.5-7b", "qwen2.5-coder-14b": "qwen2.5-14b",
+           "qwen2.5-coder-32b": "qwen2.5-32b", "mistral-7b-v0.2": "mistral-7b", "mistral-7b-v0.3": "mistral-7b"}
 
 
 def model(name_or_path: str) -> ModelSpec:
@@ -87,10 +92,8 @@ def model(name_or_path: str) -> ModelSpec:
     path = Path(name_or_path)
     if path.is_dir() or path.name == "config.json":
         return model_from_config(path if path.name == "config.json" else path / "config.json")
-    key = name_or_path.lower()
-    for prefix in PREFIXES:
-        key = key.removeprefix(prefix)
-    key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "")
+    key = name_or_path.lower().rpartition("/")[2]  # a Hugging Face id's repository name, whoever publishes it
+    key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "").replace("-chat", "")
     shipped = next(((suffix, dtype) for suffix, dtype in QUANT_SUFFIXES if key.endswith(suffix)), None)
     if shipped:
         key = key.removesuffix(shipped[0])
