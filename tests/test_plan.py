@@ -60,7 +60,7 @@ NEWER_MODELS = {"qwen2.5-32b": (32.8, None), "qwen3-0.6b": (0.6, None), "qwen3-1
                 "qwen3-4b": (4.0, None), "qwen3-8b": (8.2, None), "qwen3-32b": (32.8, None),
                 "qwen3-30b-a3b": (30.5, 3.3), "llama-3.2-1b": (1.24, None), "llama-3.2-3b": (3.21, None),
                 "llama-4-scout-17b-16e": (109, 17), "gpt-oss-20b": (20.9, 3.6), "gpt-oss-120b": (116.8, 5.1),
-                "glm-4.5-air": (106, 12)}
+                "glm-4.5-air": (106, 12), "glm-4.5": (355, 32)}
 
 
 def test_newer_catalog_models_read_to_their_published_sizes():
@@ -75,7 +75,8 @@ def test_newer_catalog_models_read_to_their_published_sizes():
             assert m.experts > 1 and (m.active_params - looked_up) / 1e9 == pytest.approx(active, rel=0.15), name
     for alias, name in (("openai/gpt-oss-120b", "gpt-oss-120b"), ("Qwen/Qwen3-235B-A22B-Instruct-2507",
                         "qwen3-235b-a22b"), ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
-                        ("zai-org/GLM-4.5-Air", "glm-4.5-air"), ("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b")):
+                        ("zai-org/GLM-4.5-Air", "glm-4.5-air"), ("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b"),
+                        ("zai-org/GLM-4.6", "glm-4.5")):
         assert models.model(alias) is models.MODELS[name], alias
 
 

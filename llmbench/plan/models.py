@@ -58,6 +58,8 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
               sliding_window=128, max_positions=131072, checkpoint_dtype="mxfp4"),
     ModelSpec("glm-4.5-air", 46, 4096, 96, 8, 128, 10944, 151552, qkv_bias=True, experts=128, top_k=8,
               shared_experts=1, moe_ffn=1408, dense_layers=1, max_positions=131072),
+    ModelSpec("glm-4.5", 92, 5120, 96, 8, 128, 12288, 151552, qkv_bias=True, experts=160, top_k=8,
+              shared_experts=1, moe_ffn=1536, dense_layers=3, max_positions=131072),
     ModelSpec("deepseek-v3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8, shared_experts=1,
               moe_ffn=2048, dense_layers=3, mla_kv_dim=512 + 64, total_params=671e9,
               active_params_published=37e9, max_positions=163840, checkpoint_dtype="fp8"),
@@ -75,7 +77,7 @@ QUANT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "int4"
 # keep their model's, and fine-tunes keep their base's (DeepSeek-R1's README: the distilled models' bases are
 # Llama-3.1-8B, Llama-3.3-70B-Instruct, Qwen2.5-14B and -32B, Qwen2.5-Math-7B, Qwen2.5-7B's layout; QwQ-32B and
 # Qwen2.5-Coder are Qwen2.5's layout at their size; Mistral-7B v0.2/v0.3 differ from v0.1 only in vocabulary, 768
-# rows, and context)
+# rows, and context; GLM-4.6 and 4.7 are GLM-4.5's layout with a longer context)
 ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
            "deepseek-v3.1": "deepseek-v3", "llama-4-scout": "llama-4-scout-17b-16e",
            "qwen3-30b-a3b-2507": "qwen3-30b-a3b", "qwen3-235b-a22b-2507": "qwen3-235b-a22b",
@@ -83,7 +85,8 @@ ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "dee
            "deepseek-r1-distill-llama-70b": "llama-3.3-70b", "deepseek-r1-distill-qwen-7b": "qwen2.5-7b",
            "deepseek-r1-distill-qwen-14b": "qwen2.5-14b", "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
            "qwq-32b": "qwen2.5-32b", "qwen2.5-coder-7b": "qwen2.5-7b", "qwen2.5-coder-14b": "qwen2.5-14b",
-           "qwen2.5-coder-32b": "qwen2.5-32b", "mistral-7b-v0.2": "mistral-7b", "mistral-7b-v0.3": "mistral-7b"}
+           "qwen2.5-coder-32b": "qwen2.5-32b", "mistral-7b-v0.2": "mistral-7b", "mistral-7b-v0.3": "mistral-7b",
+           "glm-4.6": "glm-4.5", "glm-4.7": "glm-4.5"}
 
 
 def model(name_or_path: str) -> ModelSpec:
