@@ -292,6 +292,9 @@ def test_fine_tunes_take_their_base_models_layout():
         assert (spec.name, spec.checkpoint_dtype) == (base, dtype), name
     with pytest.raises(KeyError, match="unknown model 'google/gemma-3-27b-it'"):
         models.model("google/gemma-3-27b-it")
+    for path in ("./qwen3-8b", "/data/models/Qwen3-8B"):  # a mistyped local checkpoint is not the catalog's
+        with pytest.raises(KeyError, match="is a path with no config.json"):
+            models.model(path)
 
 
 def test_moe_decode_reads_nearly_every_expert_beyond_a_few_tokens():

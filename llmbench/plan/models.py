@@ -95,6 +95,9 @@ def model(name_or_path: str) -> ModelSpec:
     path = Path(name_or_path)
     if path.is_dir() or path.name == "config.json":
         return model_from_config(path if path.name == "config.json" else path / "config.json")
+    if name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1:
+        raise KeyError(f"{name_or_path!r} is a path with no config.json (a checkpoint folder or its config.json, or "
+                       "a catalog model or Hugging Face id such as Qwen/Qwen3-8B)")
     key = name_or_path.lower().rpartition("/")[2]  # a Hugging Face id's repository name, whoever publishes it
     key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "").replace("-chat", "")
     shipped = next(((suffix, dtype) for suffix, dtype in QUANT_SUFFIXES if key.endswith(suffix)), None)
