@@ -297,6 +297,16 @@ def test_fine_tunes_take_their_base_models_layout():
             models.model(path)
 
 
+def test_a_checkpoint_under_home_is_read_from_its_config(tmp_path, monkeypatch):
+    """`~/ckpt` is the user's folder, read through its config.json, not refused as a missing path."""
+    from test_plan_configs import CONFIGS
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(CONFIGS["Qwen3-8B"][0]))
+    assert models.model("~/ckpt").params == pytest.approx(models.MODELS["qwen3-8b"].params)
+
+
 def test_moe_decode_reads_nearly_every_expert_beyond_a_few_tokens():
     """A step of B tokens touches 1 - (1 - k/E)^B of the routed experts, not k/E of them."""
     m = models.model("mixtral-8x7b")

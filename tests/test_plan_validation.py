@@ -120,6 +120,16 @@ def test_the_lab_pages_are_held_out_by_their_rule():
     assert run.sharegpt_means == pytest.approx((217.393, 201.605))
 
 
+def test_every_published_case_is_named_once():
+    """Each case's name keys the stored table (with its metric): two runs of one page that differ in a flag
+    (the step's token budget) must not share one, or the table keeps only the last."""
+    every = CASES + inference_sim.CASES + held_out.CASES + mlperf.cases() + rate_sweep.CASES + burst_runs.CASES
+    names = [c.what for c in every + lab_pages.CASES]
+    assert len(names) == len(set(names))
+    rows = json.loads(TABLE.read_text())
+    assert len({(r["case"], r["metric"]) for r in rows}) == len(rows)
+
+
 def test_validate_refuses_a_setup_that_does_not_fit():
     """A published setup whose weights the GPUs cannot hold gets no figure (it had been simulated with no KV
     cache and read as -100 %): the error names the case and the memory."""

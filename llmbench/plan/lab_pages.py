@@ -29,7 +29,6 @@ from llmbench.plan import models
 from llmbench.plan.burst_runs import METRICS
 from llmbench.plan.case import Case
 
-COMMIT = "47277d79"
 # page -> GPU, the vLLM version the page lists
 PAGES = {"deepseek-r1/h200": ("H200", "0.11"), "glm-4.5-air/a100": ("A100-80GB", "0.11"),
          "glm-4.5-air/h100": ("H100-SXM", "0.11"), "gpt-oss-120b/a100": ("A100-80GB", "0.11"),
@@ -74,7 +73,8 @@ def _case(page: str, command: str, workload: str, shape: tuple, figures: tuple) 
     lengths = {"isl": a, "osl": b} if workload == "random" else {"sharegpt_means": (a / n, b / n)}
     load = f"concurrency {closed.group(1)}" if closed else "all at once"
     data = f"random {a}/{b}" if workload == "random" else "ShareGPT"
-    what = f"L: {checkpoint.split('/')[-1]} {command.split()[0]}, {tp}x{gpu}, {data}, {load} ({page})"
+    budget = f", {knobs['max_num_batched_tokens']} tokens a step" if "max_num_batched_tokens" in knobs else ""
+    what = f"L: {checkpoint.split('/')[-1]} {command.split()[0]}{budget}, {tp}x{gpu}, {data}, {load} ({page})"
     return Case("L", what, spec.name, gpu, tp, engine, "concurrency" if closed else "max",
                 int(closed.group(1)) if closed else 0, dict(zip(METRICS, figures, strict=True)),
                 spec.checkpoint_dtype, "bf16", requests=n, knobs=knobs,

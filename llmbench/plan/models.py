@@ -92,7 +92,7 @@ ALIASES = {"deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "dee
 def model(name_or_path: str) -> ModelSpec:
     """A catalog model (Hugging Face ids, -Instruct names and quantized checkpoints' names accepted: `-FP8`,
     `-AWQ`, `-GPTQ-Int4` set the format the weights ship in) or a config.json path."""
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()
     if path.is_dir() or path.name == "config.json":
         return model_from_config(path if path.name == "config.json" else path / "config.json")
     if name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1:
