@@ -426,3 +426,32 @@ def test_weights_default_to_the_format_the_checkpoint_ships(tmp_path):
                          ({"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}, "fp8"),
                          ({"quant_method": "bitsandbytes"}, "bf16")):
         assert checkpoint_dtype({"quantization_config": quant}) == dtype, quant
+
+
+def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
+    """Tail term `expert kernels`: a step of an MoE model pays the engine's factor on its routed experts' roofline
+    and a fixed time per MoE layer; a dense model's step is untouched."""
+    from dataclasses import replace
+
+    from llmbench.plan.engines import EXPERT_KERNELS, profile
+
+    m, vllm = models.model("qwen3-235b-a22b"), profile("vllm")
+    plain = replace(vllm, expert_factor=1.0, expert_layer_overhead=0.0)
+    with_term, without = RooflineModel(m, H100, tp=8, engine=vllm), RooflineModel(m, H100, tp=8, engine=plain)
+    fixed = EXPERT_KERNELS["vllm"]["expert_layer_overhead"] * m.moe_layers
+    assert m.moe_layers == 94 and fixed == pytest.approx(2.3e-3, rel=0.01)
+    one = with_term.step_time(0, 1, 1000) - without.step_time(0, 1, 1000)
+    assert fixed < one < fixed + 0.1 * without.step_time(0, 1, 1000)  # plus 10 % of the experts' read
+    prefill = with_term.step_time(8192, 0, 0) / without.step_time(8192, 0, 0)
+    assert 1.02 < prefill < 1.10  # routed experts are most of a prompt's FLOPs; the factor is 1.10
+    dense = models.model("llama-3.1-8b")
+    assert RooflineModel(dense, H100, engine=vllm).step_time(0, 8, 8000) == RooflineModel(
+        dense, H100, engine=plain).step_time(0, 8, 8000)
+
+
+def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
+    """benchmarks/expert_kernels.py's fit: latency = a x roofline + c on relative error, exact on a line."""
+    fit = benchmark_script("expert_kernels").fit
+    roof = np.array([0.01, 0.05, 0.2, 1.0, 4.0])
+    a, c, err = fit(roof, 1.1 * roof + 0.0245)
+    assert (a, c) == (pytest.approx(1.1), pytest.approx(0.0245)) and err < 1e-9

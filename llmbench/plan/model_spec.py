@@ -64,7 +64,7 @@ class ModelSpec:
         dense_mlp = self.ffn_matrices * h * self.ffn + ((self.ffn + h) if self.linear_bias else 0)
         moe_mlp = (experts_counted + self.shared_experts) * self.ffn_matrices * h * moe_ffn + (
             h * self.experts if self.experts > 1 else 0)
-        moe_layers = self.layers - self.dense_layers if self.experts > 1 else 0
+        moe_layers = self.moe_layers
         norms = 2 * h * (2 if self.linear_bias else 1)
         per_dense = attn + dense_mlp + norms
         per_moe = attn + moe_mlp + norms
@@ -78,14 +78,31 @@ class ModelSpec:
         return (self.layers - self.dense_layers) * self.experts * self.ffn_matrices * self.hidden * (
             self.moe_ffn or self.ffn)
 
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts > 1 else 0
+
+    @cached_property
+    def routed_active_params(self) -> float:
+        """Parameters of the routed experts one token runs through (top_k of them in every MoE layer)."""
+        if self.experts <= 1:
+            return 0.0
+        return self.moe_layers * min(self.top_k, self.experts) * self.ffn_matrices * self.hidden * (
+            self.moe_ffn or self.ffn)
+
+    def routed_read(self, tokens: float) -> float:
+        """Routed-expert parameters a step of `tokens` tokens reads: the expected share hit by tokens·top_k
+        routings, 1 - (1 - k/E)^tokens (nearly all of them by 8 tokens)."""
+        if self.experts <= 1:
+            return 0.0
+        hit = 1.0 - (1.0 - min(self.top_k, self.experts) / self.experts) ** max(tokens, 1.0)
+        return min(self.routed_expert_params, self.params) * hit
+
     def params_read(self, tokens: float) -> float:
-        """Parameters a step of `tokens` tokens reads: everything but the routed experts, and of those the
-        expected share hit by tokens·top_k routings, 1 - (1 - k/E)^tokens (nearly all of them by 8 tokens)."""
+        """Parameters a step of `tokens` tokens reads: everything but the routed experts, and those hit."""
         if self.experts <= 1:
             return self.params
-        hit = 1.0 - (1.0 - min(self.top_k, self.experts) / self.experts) ** max(tokens, 1.0)
-        routed = min(self.routed_expert_params, self.params)
-        return self.params - routed + routed * hit
+        return self.params - min(self.routed_expert_params, self.params) + self.routed_read(tokens)
 
     def kv_bytes_per_token(self, kv_bytes: float, tp: int = 1) -> float:
         """Per GPU: 2·L·max(n_kv/TP, 1)·d_h·b (GQA heads replicated when n_kv < TP); MLA: L·(rank+rope)·b."""

@@ -84,8 +84,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "ingest (a closed loop's first step carries its first request alone); loop turnaround (a loop's next "
              "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
-             f"token); {graph_padding_note(roof)}; latencies at 80 % of saturation or more take the near-saturation "
-             "band"]
+             f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}latencies at 80 % of saturation or "
+             "more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
@@ -175,3 +175,14 @@ def graph_padding_note(roof: RooflineModel) -> str:
     which = "decode steps" if cuda_graphs.decode_only(roof.engine.graphs) else "steps"
     return (f"graph padding ({which} of up to {sizes[-1]} tokens run as the next of {len(sizes)} captured CUDA-graph "
             "sizes)")
+
+
+def expert_kernels_note(roof: RooflineModel) -> str:
+    """Tail term `expert kernels` for an MoE model ("" for a dense one), with what it adds to a step."""
+    m, e = roof.model, roof.engine
+    if m.experts <= 1:
+        return ""
+    return (f"expert kernels (the routed experts' GEMMs x{e.expert_factor:.2f} their roofline and "
+            f"{e.expert_layer_overhead * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "
+            f"{e.expert_layer_overhead * m.moe_layers * 1e3:.2f} ms a step more; {e.name}'s fused MoE kernels against "
+            "its dense GEMMs in AIConfigurator's H100 kernel database); ")

@@ -150,11 +150,16 @@ class RooflineModel:
         eff, e = self.efficiency, self.engine
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
+        if m.experts > 1:  # tail term `expert kernels`: the routed experts' share costs the engine's factor
+            extra = e.expert_factor - 1.0
+            touched += extra * touched * m.routed_read(tokens) / m.params_read(tokens)
+            linear_flops += extra * 2 * m.routed_active_params * rows
         # per-operator roofline: the GEMMs (weights) and attention (the KV cache) are separate kernels, each
         # bound by its own compute and memory, meeting at a knee, run one after the other
         linear = knee(touched / byte_rate, linear_flops / flop_rate, self.knee_p)
         attention = knee(kv_bytes / byte_rate, attn_flops / flop_rate, self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
-        overhead = e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
+        overhead = (e.step_overhead + e.layer_overhead * m.layers + e.expert_layer_overhead * m.moe_layers
+                    + e.seq_overhead * seqs)
         engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`

@@ -1,0 +1,89 @@
+"""What an MoE layer's fused expert kernel costs against the dense GEMMs of the same bytes and FLOPs (the
+planner's tail term `expert kernels`, `llmbench.plan.engines.EXPERT_KERNELS`).
+
+    pip install pyarrow   # to read the database's parquet files; not a dependency of llmbench
+    python benchmarks/expert_kernels.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
+
+Reads AIConfigurator's kernel database (github.com/ai-dynamo/aiconfigurator, `systems/data/<gpu>/{moe,gemm}/
+<engine>/<version>/*_perf.parquet`: latencies its collectors measured on the GPU, in ms) and puts every kernel to
+the planner's roofline with the GPU family's prior (MFU, MBU, the two bounds summed, as `RooflineModel` does):
+a MoE op reads the experts its tokens hit, 1 - (1 - k/E)^T of them, and does 2·T·k·3·h·i/TP FLOPs; a dense
+GEMM reads n·k weights and does 2·m·n·k. Each kind is fitted as latency = a x roofline + c (least squares on
+relative error): the MoE op with the engine's default kernels (balanced routing, no expert parallelism, MoE TP
+up to 8, bf16/fp8/fp8-block), the dense GEMMs (m up to 16,384, n and k from 512) in the same dtypes. The term is
+a_moe / a_dense on the routed experts' roofline and c_moe - 2 c_dense a MoE layer per step (the two FFN GEMMs a
+dense layer would have launched). Nothing here is fitted on serving results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from llmbench.plan.gpus import gpu as catalog_gpu
+from llmbench.plan.roofline import FAMILIES
+
+ENGINES = {"vllm": ("0.24.0", "triton"), "sglang": ("0.5.14", "sglang_fused_moe_triton"),
+           "trtllm": ("1.3.0rc20", "moe_torch_flow")}
+GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "a100_sxm": "A100-80GB"}
+BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
+
+
+def fit(roofline: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]:
+    """latency ≈ a·roofline + c, least squares on the relative error; (a, c, median |relative error|)."""
+    design = np.vstack([roofline / latency, 1 / latency]).T
+    (a, c), *_ = np.linalg.lstsq(design, np.ones_like(latency), rcond=None)
+    return a, c, float(np.median(np.abs((a * roofline + c) / latency - 1)))
+
+
+@click.command()
+@click.option("--aic", "root", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A checkout of ai-dynamo/aiconfigurator.")
+@click.option("--gpu", "gpu_dir", default="h100_sxm", type=click.Choice(sorted(GPUS)), show_default=True)
+@click.option("--version", "versions", multiple=True, metavar="ENGINE=VERSION",
+              help="Another collected version than the default (e.g. vllm=0.14.0 for the A100's).")
+def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
+    import pandas as pd
+
+    g = catalog_gpu(GPUS[gpu_dir])
+    eff = FAMILIES[g.family]
+    peak = {"bfloat16": g.bf16_flops, "fp8": g.fp8_flops or g.bf16_flops, "fp8_block": g.fp8_flops or g.bf16_flops}
+
+    def roofline(bytes_: pd.Series, flops: pd.Series, dtype: pd.Series) -> np.ndarray:
+        return (bytes_ / (eff.mbu * g.bandwidth) + flops / (eff.mfu * dtype.map(peak))).to_numpy() * 1e3
+
+    data = next(root.rglob(f"systems/data/{gpu_dir}"), None)
+    if data is None:
+        raise click.ClickException(f"{root}: no systems/data/{gpu_dir} folder (is it an aiconfigurator checkout?)")
+    click.echo(f"{g.name}: MFU {eff.mfu}, MBU {eff.mbu} ({eff.source}); {data}")
+    chosen = dict(v.split("=", 1) for v in versions)
+    for engine, (version, kernel) in ENGINES.items():
+        version = chosen.get(engine, version)
+        moe_file, gemm_file = (data / kind / engine / version / f"{kind}_perf.parquet" for kind in ("moe", "gemm"))
+        if not moe_file.exists() or not gemm_file.exists():
+            click.echo(f"{engine} {version}: not in the database for {gpu_dir}")
+            continue
+        m = pd.read_parquet(moe_file)
+        m = m[(m.distribution == "balanced") & (m.moe_ep_size == 1) & (m.moe_tp_size <= 8)
+              & m.moe_dtype.isin(list(BYTES)) & m.kernel_source.str.contains(kernel)]
+        if m.empty:
+            click.echo(f"{engine} {version}: no balanced-routing {kernel} kernels without expert parallelism")
+            continue
+        inter = m.inter_size / m.moe_tp_size
+        hit = m.num_experts * (1 - (1 - m.topk / m.num_experts) ** m.num_tokens)
+        moe_roof = roofline(hit * 3 * m.hidden_size * inter * m.moe_dtype.map(BYTES),
+                            2 * m.num_tokens * m.topk * 3 * m.hidden_size * inter, m.moe_dtype)
+        d = pd.read_parquet(gemm_file)
+        d = d[d.gemm_dtype.isin(list(BYTES)) & (d.m <= 16384) & (d.n >= 512) & (d.k >= 512)]
+        dense_roof = roofline(d.n * d.k * d.gemm_dtype.map(BYTES), 2 * d.m * d.n * d.k, d.gemm_dtype)
+        a, c, err = fit(moe_roof, m.latency.to_numpy())
+        ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
+        click.echo(f"{engine} {version}: MoE {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs (median error "
+                   f"{err:.1%}); dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%}) -> factor "
+                   f"{a / ad:.2f}, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer per step")
+
+
+if __name__ == "__main__":
+    main()
