@@ -433,12 +433,12 @@ def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
     and a fixed time per MoE layer; a dense model's step is untouched."""
     from dataclasses import replace
 
-    from llmbench.plan.engines import EXPERT_KERNELS, profile
+    from llmbench.plan.engines import KERNELS, profile
 
     m, vllm = models.model("qwen3-235b-a22b"), profile("vllm")
     plain = replace(vllm, expert_factor=1.0, expert_layer_overhead=0.0)
     with_term, without = RooflineModel(m, H100, tp=8, engine=vllm), RooflineModel(m, H100, tp=8, engine=plain)
-    fixed = EXPERT_KERNELS["vllm"]["expert_layer_overhead"] * m.moe_layers
+    fixed = KERNELS["vllm"]["expert_layer_overhead"] * m.moe_layers
     assert m.moe_layers == 94 and fixed == pytest.approx(2.3e-3, rel=0.01)
     one = with_term.step_time(0, 1, 1000) - without.step_time(0, 1, 1000)
     assert fixed < one < fixed + 0.1 * without.step_time(0, 1, 1000)  # plus 10 % of the experts' read
@@ -447,11 +447,19 @@ def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
     dense = models.model("llama-3.1-8b")
     assert RooflineModel(dense, H100, engine=vllm).step_time(0, 8, 8000) == RooflineModel(
         dense, H100, engine=plain).step_time(0, 8, 8000)
+    cpu = replace(H100, cuda_graphs=False)  # a `--gpu-spec` CPU: GPU kernels' costs are not its
+    assert RooflineModel(m, cpu, tp=8, engine=vllm).step_time(0, 1, 1000) == RooflineModel(
+        m, cpu, tp=8, engine=plain).step_time(0, 1, 1000)
 
 
 def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
-    """benchmarks/expert_kernels.py's fit: latency = a x roofline + c on relative error, exact on a line."""
-    fit = benchmark_script("expert_kernels").fit
+    """benchmarks/kernel_database.py's fit: latency = a x roofline + c on relative error, exact on a line."""
+    fit = benchmark_script("kernel_database").fit
     roof = np.array([0.01, 0.05, 0.2, 1.0, 4.0])
     a, c, err = fit(roof, 1.1 * roof + 0.0245)
     assert (a, c) == (pytest.approx(1.1), pytest.approx(0.0245)) and err < 1e-9
+
+
+def test_kernel_database_names_a_folder_that_is_not_a_checkout(benchmark_script, tmp_path):
+    result = CliRunner().invoke(benchmark_script("kernel_database").main, ["--aic", str(tmp_path)])
+    assert result.exit_code != 0 and "no systems/data/h100_sxm folder (is it an aiconfigurator checkout?)" in result.output

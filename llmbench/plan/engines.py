@@ -26,13 +26,13 @@ GiB = 2**30
 # own 55-63 µs are less). No other engine's front end was measured; theirs are Python event loops too and take
 # this figure as their prior.
 STREAM_TOKEN_COST = 87e-6
-# Tail term `expert kernels`: an MoE layer's routed experts run as one fused kernel (route, sort tokens by expert,
-# two grouped GEMMs, combine) that costs more than the dense GEMMs of the same bytes and FLOPs: the roofline x a
-# factor, plus a fixed time per MoE layer a step. Measured, not fitted on serving rows: AIConfigurator's H100 SXM
-# kernel database (ai-dynamo/aiconfigurator 095f58a5), each engine's MoE kernels and dense GEMMs fitted as
-# latency = a x roofline + c; factor a_moe / a_dense, fixed c_moe - 2 c_dense (`benchmarks/expert_kernels.py`).
-EXPERT_KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed} for name, factor, fixed in (
-    ("vllm", 1.10, 24.5e-6), ("sglang", 1.18, 11.9e-6), ("trtllm", 1.02, 30.7e-6))}
+# Tail term `expert kernels`, measured, not fitted on serving rows: AIConfigurator's H100 SXM kernel database
+# (ai-dynamo/aiconfigurator 095f58a5, kernels timed under CUDA-graph replay), each engine's fused MoE kernels and
+# its dense GEMMs fitted as latency = a x roofline + c (`benchmarks/kernel_database.py`): an MoE layer's routed
+# experts (route, sort tokens by expert, two grouped GEMMs, combine) cost their roofline x a_moe / a_dense plus
+# c_moe - 2 c_dense per MoE layer a step.
+KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed}
+           for name, factor, fixed in (("vllm", 1.10, 24.5e-6), ("sglang", 1.18, 11.9e-6), ("trtllm", 1.02, 30.7e-6))}
 
 
 @dataclass(frozen=True)
@@ -80,22 +80,22 @@ class EngineProfile:
 
 PROFILES = {
     "vllm": EngineProfile("vllm", 256, 8192, True, 126e-6, 32e-6, 4e-6, 15.6e-3, "profile", 0.13 * GiB,
-                          graphs="vllm", **EXPERT_KERNELS["vllm"]),
+                          graphs="vllm", **KERNELS["vllm"]),
     "sglang": EngineProfile("sglang", 1024, 8192, False, 60e-6, 12e-6, 2e-6, 3e-3, "static", 0.5 * GiB,
-                            gpu_memory_utilization=0.88, graphs="sglang", **EXPERT_KERNELS["sglang"]),
+                            gpu_memory_utilization=0.88, graphs="sglang", **KERNELS["sglang"]),
     # context chunking is off unless asked for (ExecutorConfig/TrtGptModelOptionalParams enableChunkedContext=false,
     # the LLM API's enable_chunked_prefill=False); trtllm-bench turns it on by default
     "trtllm": EngineProfile("trtllm", 2048, 8192, False, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
                             reserve_output=True, mfu_scale=1.3, mbu_scale=1.1, unchunked="whole",
-                            **EXPERT_KERNELS["trtllm"]),
+                            **KERNELS["trtllm"]),
     "llmbench": EngineProfile("llmbench", 256, 2048, True, 1.5e-3, 32e-6, 10e-6, 5e-3, "profile", 0.5 * GiB,
-                              graphs="llmbench", **EXPERT_KERNELS["vllm"]),
+                              graphs="llmbench", **KERNELS["vllm"]),
     # LMDeploy's TurboMind (TurbomindEngineConfig defaults: max_batch_size 128, max_prefill_token_num 8192 per
     # iteration, cache_max_entry_count 0.8 of the memory left free, blocks of 64 tokens, prefix caching off); a
     # C++ engine, so TensorRT-LLM's fixed costs; no published row checks it
     "lmdeploy": EngineProfile("lmdeploy", 128, 8192, True, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
                               gpu_memory_utilization=0.8, block_size=64, prefix_caching=False,
-                              **EXPERT_KERNELS["trtllm"]),
+                              **KERNELS["trtllm"]),
 }
 
 

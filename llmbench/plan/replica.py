@@ -178,9 +178,9 @@ def graph_padding_note(roof: RooflineModel) -> str:
 
 
 def expert_kernels_note(roof: RooflineModel) -> str:
-    """Tail term `expert kernels` for an MoE model ("" for a dense one), with what it adds to a step."""
+    """Tail term `expert kernels` for an MoE model on a GPU, with what it adds to a step ("" otherwise)."""
     m, e = roof.model, roof.engine
-    if m.experts <= 1:
+    if m.experts <= 1 or not roof.gpu.cuda_graphs:
         return ""
     return (f"expert kernels (the routed experts' GEMMs x{e.expert_factor:.2f} their roofline and "
             f"{e.expert_layer_overhead * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "

@@ -144,13 +144,14 @@ class RooflineModel:
         linear_flops = self.gemm_flops(rows, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
         if prefill_pairs is None:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
+        e, gpu_kernels = self.engine, self.gpu.cuda_graphs  # the measured kernel term is a GPU's, not a CPU's
         attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
         kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
         touched = self.weight_bytes * (m.params_read(tokens) / m.params) if m.experts > 1 else self.weight_bytes
-        eff, e = self.efficiency, self.engine
+        eff = self.efficiency
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
-        if m.experts > 1:  # tail term `expert kernels`: the routed experts' share costs the engine's factor
+        if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
             extra = e.expert_factor - 1.0
             touched += extra * touched * m.routed_read(tokens) / m.params_read(tokens)
             linear_flops += extra * 2 * m.routed_active_params * rows
@@ -159,7 +160,7 @@ class RooflineModel:
         linear = knee(touched / byte_rate, linear_flops / flop_rate, self.knee_p)
         attention = knee(kv_bytes / byte_rate, attn_flops / flop_rate, self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
-        overhead = (e.step_overhead + e.layer_overhead * m.layers + e.expert_layer_overhead * m.moe_layers
-                    + e.seq_overhead * seqs)
+        overhead = (e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
+                    + (e.expert_layer_overhead * m.moe_layers if gpu_kernels else 0.0))
         engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`

@@ -1,18 +1,25 @@
-"""What an MoE layer's fused expert kernel costs against the dense GEMMs of the same bytes and FLOPs (the
-planner's tail term `expert kernels`, `llmbench.plan.engines.EXPERT_KERNELS`).
+"""What AIConfigurator's kernel database says against the planner's roofline: the tail term `expert kernels` (an
+MoE layer's fused expert kernel against the dense GEMMs of the same bytes and FLOPs; `llmbench.plan.engines.KERNELS`)
+and `prefill attention` (a prompt's causal attention kernel against the same GEMMs: measured, tried and not kept,
+benchmarks/README.md).
 
     pip install pyarrow   # to read the database's parquet files; not a dependency of llmbench
-    python benchmarks/expert_kernels.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
+    python benchmarks/kernel_database.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
 
-Reads AIConfigurator's kernel database (github.com/ai-dynamo/aiconfigurator, `systems/data/<gpu>/{moe,gemm}/
-<engine>/<version>/*_perf.parquet`: latencies its collectors measured on the GPU, in ms) and puts every kernel to
-the planner's roofline with the GPU family's prior (MFU, MBU, the two bounds summed, as `RooflineModel` does):
-a MoE op reads the experts its tokens hit, 1 - (1 - k/E)^T of them, and does 2·T·k·3·h·i/TP FLOPs; a dense
-GEMM reads n·k weights and does 2·m·n·k. Each kind is fitted as latency = a x roofline + c (least squares on
-relative error): the MoE op with the engine's default kernels (balanced routing, no expert parallelism, MoE TP
-up to 8, bf16/fp8/fp8-block), the dense GEMMs (m up to 16,384, n and k from 512) in the same dtypes. The term is
+Reads AIConfigurator's kernel database (github.com/ai-dynamo/aiconfigurator, `systems/data/<gpu>/{moe,gemm,
+attention}/<engine>/<version>/*_perf.parquet`: latencies its collectors timed on the GPU under CUDA-graph replay,
+in ms) and puts every kernel to the planner's roofline with the GPU family's prior (MFU, MBU, the two bounds
+summed, as `RooflineModel` does): a MoE op reads the experts its tokens hit, 1 - (1 - k/E)^T of them, and does
+2·T·k·3·h·i/TP FLOPs; a dense GEMM reads n·k weights and does 2·m·n·k; a prompt's attention (batch B, n tokens,
+H query and G KV heads of d) writes B·n·2·G·d KV values and does 4·H·d·B·n²/2 FLOPs (causal pairs). Each kind is
+fitted as latency = a x roofline + c (least squares on relative error): the MoE op with the engine's default
+kernels (balanced routing, no expert parallelism, MoE TP up to 8, bf16/fp8/fp8-block), the dense GEMMs (m up to
+16,384, n and k from 512) in the same dtypes, prompt attention with bf16 KV, no sliding window, head_dim 64/128,
+prompts from 16 tokens and a roofline of 1 ms or more (where a fixed cost is a small part). `expert kernels` is
 a_moe / a_dense on the routed experts' roofline and c_moe - 2 c_dense a MoE layer per step (the two FFN GEMMs a
-dense layer would have launched). Nothing here is fitted on serving results.
+dense layer would have launched); `prefill attention` would be a_attention / a_dense on the prompt attention's
+FLOPs.
+Nothing here is fitted on serving results.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from llmbench.plan.gpus import gpu as catalog_gpu
 from llmbench.plan.roofline import FAMILIES
 
 ENGINES = {"vllm": ("0.24.0", "triton"), "sglang": ("0.5.14", "sglang_fused_moe_triton"),
-           "trtllm": ("1.3.0rc20", "moe_torch_flow")}
+           "trtllm": ("1.3.0rc20", "moe_torch_flow")}  # version, MoE kernel
+PROMPT_ROOFLINE_MS = 1.0
 GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "a100_sxm": "A100-80GB"}
 BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
 
@@ -62,26 +70,38 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
     for engine, (version, kernel) in ENGINES.items():
         version = chosen.get(engine, version)
         moe_file, gemm_file = (data / kind / engine / version / f"{kind}_perf.parquet" for kind in ("moe", "gemm"))
+        prompt_file = data / "attention" / engine / version / "context_attention_perf.parquet"
         if not moe_file.exists() or not gemm_file.exists():
             click.echo(f"{engine} {version}: not in the database for {gpu_dir}")
             continue
+        d = pd.read_parquet(gemm_file)
+        d = d[d.gemm_dtype.isin(list(BYTES)) & (d.m <= 16384) & (d.n >= 512) & (d.k >= 512)]
+        dense_roof = roofline(d.n * d.k * d.gemm_dtype.map(BYTES), 2 * d.m * d.n * d.k, d.gemm_dtype)
+        ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
+        click.echo(f"{engine} {version}: dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%})")
+        if prompt_file.exists():
+            p = pd.read_parquet(prompt_file)
+            window = p.window_size if "window_size" in p else 0  # older collections have no sliding windows
+            p = p[(window == 0) & (p.kv_cache_dtype == "bfloat16") & p.head_dim.isin([64, 128]) & (p.isl >= 16)]
+            n, bf16 = p.isl, pd.Series("bfloat16", index=p.index)
+            roof = roofline(p.batch_size * n * 2 * p.num_key_value_heads * p.head_dim * 2,
+                            4 * p.num_heads * p.head_dim * p.batch_size * n * n / 2, bf16)
+            big = roof >= PROMPT_ROOFLINE_MS
+            a, c, err = fit(roof[big], p.latency.to_numpy()[big])
+            click.echo(f"  prefill attention: {big.sum():,} kernels a {a:.3f} c {c * 1e3:.1f} µs ({err:.1%}) -> "
+                       f"factor {a / ad:.2f}")
         m = pd.read_parquet(moe_file)
         m = m[(m.distribution == "balanced") & (m.moe_ep_size == 1) & (m.moe_tp_size <= 8)
               & m.moe_dtype.isin(list(BYTES)) & m.kernel_source.str.contains(kernel)]
         if m.empty:
-            click.echo(f"{engine} {version}: no balanced-routing {kernel} kernels without expert parallelism")
+            click.echo(f"  expert kernels: no balanced-routing {kernel} kernels without expert parallelism")
             continue
         inter = m.inter_size / m.moe_tp_size
         hit = m.num_experts * (1 - (1 - m.topk / m.num_experts) ** m.num_tokens)
         moe_roof = roofline(hit * 3 * m.hidden_size * inter * m.moe_dtype.map(BYTES),
                             2 * m.num_tokens * m.topk * 3 * m.hidden_size * inter, m.moe_dtype)
-        d = pd.read_parquet(gemm_file)
-        d = d[d.gemm_dtype.isin(list(BYTES)) & (d.m <= 16384) & (d.n >= 512) & (d.k >= 512)]
-        dense_roof = roofline(d.n * d.k * d.gemm_dtype.map(BYTES), 2 * d.m * d.n * d.k, d.gemm_dtype)
         a, c, err = fit(moe_roof, m.latency.to_numpy())
-        ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
-        click.echo(f"{engine} {version}: MoE {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs (median error "
-                   f"{err:.1%}); dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%}) -> factor "
+        click.echo(f"  expert kernels: {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs ({err:.1%}) -> factor "
                    f"{a / ad:.2f}, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer per step")
 
 
