@@ -75,8 +75,7 @@ class ModelSpec:
         """Parameters of the routed experts (0 for a dense model): the part a step reads only where routed."""
         if self.experts <= 1:
             return 0.0
-        return (self.layers - self.dense_layers) * self.experts * self.ffn_matrices * self.hidden * (
-            self.moe_ffn or self.ffn)
+        return self.moe_layers * self.experts * self.ffn_matrices * self.hidden * (self.moe_ffn or self.ffn)
 
     @property
     def moe_layers(self) -> int:

@@ -144,11 +144,11 @@ class RooflineModel:
         linear_flops = self.gemm_flops(rows, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
         if prefill_pairs is None:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
-        e, gpu_kernels = self.engine, self.gpu.cuda_graphs  # the measured kernel term is a GPU's, not a CPU's
         attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
         kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
         touched = self.weight_bytes * (m.params_read(tokens) / m.params) if m.experts > 1 else self.weight_bytes
-        eff = self.efficiency
+        eff, e = self.efficiency, self.engine
+        gpu_kernels = self.gpu.cuda_graphs  # the kernel database's terms are a GPU's, not a `--gpu-spec` CPU's
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
