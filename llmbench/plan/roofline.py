@@ -153,7 +153,7 @@ class RooflineModel:
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
             extra = e.expert_factor - 1.0
-            touched += extra * touched * m.routed_read(tokens) / m.params_read(tokens)
+            touched += extra * self.weight_bytes * m.routed_read(tokens) / m.params  # the experts' share of it
             linear_flops += extra * 2 * m.routed_active_params * rows
         # per-operator roofline: the GEMMs (weights) and attention (the KV cache) are separate kernels, each
         # bound by its own compute and memory, meeting at a knee, run one after the other
