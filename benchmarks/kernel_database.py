@@ -13,7 +13,7 @@ summed, as `RooflineModel` does): a MoE op reads the experts its tokens hit, 1 -
 2·T·k·3·h·i/TP FLOPs; a dense GEMM reads n·k weights and does 2·m·n·k; a prompt's attention (batch B, n tokens,
 H query and G KV heads of d) writes B·n·2·G·d KV values and does 4·H·d·B·n²/2 FLOPs (causal pairs). Each kind is
 fitted as latency = a x roofline + c (least squares on relative error): the MoE op with the engine's default
-kernels (balanced routing, no expert parallelism, MoE TP up to 8, bf16/fp8/fp8-block), the dense GEMMs (m up to
+kernels (balanced routing, no expert parallelism, MoE TP up to 8, bf16/fp8/fp8-block, gated FFNs), the dense GEMMs (m up to
 16,384, n and k from 512) in the same dtypes, prompt attention with bf16 KV, no sliding window, head_dim 64/128,
 prompts from 16 tokens and a roofline of 1 ms or more (where a fixed cost is a small part). `expert kernels` is
 a_moe / a_dense on the routed experts' roofline and c_moe - 2 c_dense a MoE layer per step (the two FFN GEMMs a
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import click
 import numpy as np
+import pandas as pd
 
 from llmbench.plan.gpus import gpu as catalog_gpu
 from llmbench.plan.roofline import FAMILIES
@@ -37,6 +38,15 @@ ENGINES = {"vllm": ("0.24.0", "triton"), "sglang": ("0.5.14", "sglang_fused_moe_
 PROMPT_ROOFLINE_MS = 1.0
 GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "a100_sxm": "A100-80GB"}
 BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
+
+
+def non_gated(m: pd.DataFrame) -> pd.Series:
+    """Nemotron-3's MoE shapes: a non-gated FFN (up and down, ReLU²: two matrices, not three), which every
+    engine's table holds under its gated kernels' names; the planner's MoE models are all gated. They are the
+    shapes TensorRT-LLM's table times with its `nongated` kernels (30B-A3B: hidden 2,688, 1,856 a expert, 6 of
+    128) and the 22-of-512 routings of the larger Nemotron-3 models."""
+    return (m.kernel_source.str.contains("nongated") | (m.topk == 22)
+            | ((m.hidden_size == 2688) & (m.inter_size == 1856) & (m.num_experts == 128)))
 
 
 def fit(roofline: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]:
@@ -53,8 +63,6 @@ def fit(roofline: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]
 @click.option("--version", "versions", multiple=True, metavar="ENGINE=VERSION",
               help="Another collected version than the default (e.g. vllm=0.14.0 for the A100's).")
 def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
-    import pandas as pd
-
     g = catalog_gpu(GPUS[gpu_dir])
     eff = FAMILIES[g.family]
     peak = {"bfloat16": g.bf16_flops, "fp8": g.fp8_flops or g.bf16_flops, "fp8_block": g.fp8_flops or g.bf16_flops}
@@ -92,7 +100,7 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
                        f"factor {a / ad:.2f}")
         m = pd.read_parquet(moe_file)
         m = m[(m.distribution == "balanced") & (m.moe_ep_size == 1) & (m.moe_tp_size <= 8)
-              & m.moe_dtype.isin(list(BYTES)) & m.kernel_source.str.contains(kernel)]
+              & m.moe_dtype.isin(list(BYTES)) & m.kernel_source.str.contains(kernel) & ~non_gated(m)]
         if m.empty:
             click.echo(f"  expert kernels: no balanced-routing {kernel} kernels without expert parallelism")
             continue

@@ -439,11 +439,11 @@ def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
     plain = replace(vllm, expert_factor=1.0, expert_layer_overhead=0.0)
     with_term, without = RooflineModel(m, H100, tp=8, engine=vllm), RooflineModel(m, H100, tp=8, engine=plain)
     fixed = KERNELS["vllm"]["expert_layer_overhead"] * m.moe_layers
-    assert m.moe_layers == 94 and fixed == pytest.approx(2.3e-3, rel=0.01)
+    assert m.moe_layers == 94 and fixed == pytest.approx(2.16e-3, rel=0.01)
     one = with_term.step_time(0, 1, 1000) - without.step_time(0, 1, 1000)
-    assert fixed < one < fixed + 0.1 * without.step_time(0, 1, 1000)  # plus 10 % of the experts' read
+    assert fixed < one < fixed + 0.16 * without.step_time(0, 1, 1000)  # plus 16 % of the experts' read
     prefill = with_term.step_time(8192, 0, 0) / without.step_time(8192, 0, 0)
-    assert 1.02 < prefill < 1.10  # routed experts are most of a prompt's FLOPs; the factor is 1.10
+    assert 1.04 < prefill < 1.16  # routed experts are most of a prompt's FLOPs; the factor is 1.16
     dense = models.model("llama-3.1-8b")
     assert RooflineModel(dense, H100, engine=vllm).step_time(0, 8, 8000) == RooflineModel(
         dense, H100, engine=plain).step_time(0, 8, 8000)
@@ -463,3 +463,15 @@ def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
 def test_kernel_database_names_a_folder_that_is_not_a_checkout(benchmark_script, tmp_path):
     result = CliRunner().invoke(benchmark_script("kernel_database").main, ["--aic", str(tmp_path)])
     assert result.exit_code != 0 and "no systems/data/h100_sxm folder (is it an aiconfigurator checkout?)" in result.output
+
+
+def test_kernel_database_leaves_out_nemotrons_non_gated_experts(benchmark_script):
+    """Nemotron-3's MoE FFNs have two matrices, not three: timed as gated they would read as 1.5x faster kernels
+    (TensorRT-LLM's factor came out 1.02 with them, 1.12 without)."""
+    import pandas as pd
+
+    rows = pd.DataFrame({"kernel_source": ["moe_torch_flow_cutlass", "moe_torch_flow_nongated", "triton", "triton",
+                                           "triton"],
+                         "topk": [8, 6, 22, 6, 2], "hidden_size": [4096, 2688, 2048, 2688, 4096],
+                         "inter_size": [1536, 1856, 5120, 1856, 14336], "num_experts": [128, 128, 512, 128, 8]})
+    assert benchmark_script("kernel_database").non_gated(rows).tolist() == [False, True, True, True, False]

@@ -32,7 +32,7 @@ STREAM_TOKEN_COST = 87e-6
 # experts (route, sort tokens by expert, two grouped GEMMs, combine) cost their roofline x a_moe / a_dense plus
 # c_moe - 2 c_dense per MoE layer a step.
 KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed}
-           for name, factor, fixed in (("vllm", 1.10, 24.5e-6), ("sglang", 1.18, 11.9e-6), ("trtllm", 1.02, 30.7e-6))}
+           for name, factor, fixed in (("vllm", 1.16, 23.0e-6), ("sglang", 1.18, 11.9e-6), ("trtllm", 1.12, 26.9e-6))}
 
 
 @dataclass(frozen=True)
