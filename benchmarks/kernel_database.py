@@ -1,7 +1,8 @@
 """What AIConfigurator's kernel database says against the planner's roofline: the tail term `expert kernels` (an
 MoE layer's fused expert kernel against the dense GEMMs of the same bytes and FLOPs; `llmbench.plan.engines.KERNELS`)
 and `prefill attention` (a prompt's causal attention kernel against the same GEMMs: measured, tried and not kept,
-benchmarks/README.md).
+benchmarks/README.md), and `fp8 GEMMs` (per-tensor FP8 GEMMs against the bf16 ones: a_fp8 / a_bf16 on their
+roofline, c_fp8 - c_bf16 a GEMM).
 
     pip install pyarrow   # to read the database's parquet files; not a dependency of llmbench
     python benchmarks/kernel_database.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
@@ -87,6 +88,10 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
         dense_roof = roofline(d.n * d.k * d.gemm_dtype.map(BYTES), 2 * d.m * d.n * d.k, d.gemm_dtype)
         ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
         click.echo(f"{engine} {version}: dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%})")
+        (ab, cb, _), (a8, c8, err8) = (fit(dense_roof[d.gemm_dtype == t], d.latency[d.gemm_dtype == t].to_numpy())
+                                       for t in ("bfloat16", "fp8"))
+        click.echo(f"  fp8 GEMMs: {(d.gemm_dtype == 'fp8').sum():,} a {a8:.3f} c {c8 * 1e3:.1f} µs ({err8:.1%}), "
+                   f"bf16 a {ab:.3f} c {cb * 1e3:.1f} µs -> factor {a8 / ab:.2f}, {(c8 - cb) * 1e3:.1f} µs a GEMM")
         if prompt_file.exists():
             p = pd.read_parquet(prompt_file)
             window = p.window_size if "window_size" in p else 0  # older collections have no sliding windows

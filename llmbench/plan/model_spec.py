@@ -78,6 +78,12 @@ class ModelSpec:
         return self.moe_layers * self.experts * self.ffn_matrices * self.hidden * (self.moe_ffn or self.ffn)
 
     @property
+    def dense_gemms(self) -> int:
+        """GEMM launches a step outside the routed experts: QKV, output, gate-up and down a dense layer; QKV and
+        output a MoE layer."""
+        return 4 * (self.layers - self.moe_layers) + 2 * self.moe_layers
+
+    @property
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.experts > 1 else 0
 

@@ -84,7 +84,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "ingest (a closed loop's first step carries its first request alone); loop turnaround (a loop's next "
              "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
-             f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}latencies at 80 % of saturation or "
+             f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}latencies at 80 % of "
+             "saturation or "
              "more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
@@ -186,3 +187,16 @@ def expert_kernels_note(roof: RooflineModel) -> str:
             f"{e.expert_layer_overhead * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "
             f"{e.expert_layer_overhead * m.moe_layers * 1e3:.2f} ms a step more; {e.name}'s fused MoE kernels against "
             "its dense GEMMs in AIConfigurator's H100 kernel database); ")
+
+
+def fp8_note(roof: RooflineModel) -> str:
+    """Tail term `fp8 GEMMs` and where attention computes, for an FP8 checkpoint on the GPUs they were timed on."""
+    e = roof.engine
+    if not roof.fp8_gemms:
+        return ""
+    gemms = (f"fp8 GEMMs (x{e.fp8_factor:.2f} their roofline and {e.fp8_gemm_overhead * 1e6:.1f} µs a GEMM, "
+             f"{roof.model.dense_gemms} a step: {e.name}'s FP8 GEMMs against its bf16 ones in AIConfigurator's H100 "
+             "kernel database)" if e.fp8_factor != 1.0 else
+             f"fp8 GEMMs not charged ({e.name}'s FP8 speed is its tuned prior)")
+    dtype = "FP8" if roof.attention_peak == roof.peak_flops else "bf16"
+    return f"{gemms}; attention at the {dtype} peak (the KV cache's dtype); "

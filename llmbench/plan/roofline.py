@@ -97,6 +97,17 @@ class RooflineModel:
         return (self.gpu.fp8_flops if fp8 else self.gpu.bf16_flops) * self.tp
 
     @cached_property
+    def attention_peak(self) -> float:
+        """Attention computes in the KV cache's dtype (FlashAttention, TensorRT-LLM's FMHA): an FP8 checkpoint with a
+        bf16 cache attends at the bf16 peak."""
+        return self.peak_flops if self.kv_dtype == "fp8" else self.gpu.bf16_flops * self.tp
+
+    @cached_property
+    def fp8_gemms(self) -> bool:
+        """Whether tail term `fp8 GEMMs` applies: an FP8 checkpoint on the GPU family its kernels were timed on."""
+        return self.weight_dtype == "fp8" and self.gpu.cuda_graphs and self.gpu.family == "hopper"
+
+    @cached_property
     def graph_sizes(self) -> tuple[int, ...]:
         e = self.engine
         if not self.gpu.cuda_graphs:
@@ -151,16 +162,23 @@ class RooflineModel:
         gpu_kernels = self.gpu.cuda_graphs  # the kernel database's terms are a GPU's, not a `--gpu-spec` CPU's
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
+        routed_bytes = routed_flops = 0.0
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
-            extra = e.expert_factor - 1.0
-            touched += extra * self.weight_bytes * m.routed_read(tokens) / m.params  # the experts' share of it
-            linear_flops += extra * 2 * m.routed_active_params * rows
+            routed_bytes = e.expert_factor * self.weight_bytes * m.routed_read(tokens) / m.params  # their share
+            routed_flops = e.expert_factor * 2 * m.routed_active_params * rows
+            touched += routed_bytes * (1 - 1 / e.expert_factor)
+            linear_flops += routed_flops * (1 - 1 / e.expert_factor)
         # per-operator roofline: the GEMMs (weights) and attention (the KV cache) are separate kernels, each
         # bound by its own compute and memory, meeting at a knee, run one after the other
         linear = knee(touched / byte_rate, linear_flops / flop_rate, self.knee_p)
-        attention = knee(kv_bytes / byte_rate, attn_flops / flop_rate, self.knee_p)
+        if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs cost the engine's factor
+            linear += (e.fp8_factor - 1) * knee((touched - routed_bytes) / byte_rate,
+                                                (linear_flops - routed_flops) / flop_rate, self.knee_p)
+        attention = knee(kv_bytes / byte_rate, attn_flops / (flop_rate * self.attention_peak / self.peak_flops),
+                         self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = (e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
-                    + (e.expert_layer_overhead * m.moe_layers if gpu_kernels else 0.0))
+                    + (e.expert_layer_overhead * m.moe_layers if gpu_kernels else 0.0)
+                    + (e.fp8_gemm_overhead * m.dense_gemms if self.fp8_gemms else 0.0))
         engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`

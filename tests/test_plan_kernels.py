@@ -1,0 +1,91 @@
+"""Terms measured on GPU kernels (AIConfigurator's kernel database, benchmarks/kernel_database.py): `expert kernels`,
+`fp8 GEMMs` and where attention computes; and the script that measures them."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from llmbench.plan import gpus, models
+from llmbench.plan.engines import KERNELS, profile
+from llmbench.plan.roofline import RooflineModel
+
+H100 = gpus.gpu("H100-SXM")
+
+
+def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
+    """Tail term `expert kernels`: a step of an MoE model pays the engine's factor on its routed experts' roofline
+    and a fixed time per MoE layer; a dense model's step is untouched."""
+    m, vllm = models.model("qwen3-235b-a22b"), profile("vllm")
+    plain = replace(vllm, expert_factor=1.0, expert_layer_overhead=0.0)
+    with_term, without = RooflineModel(m, H100, tp=8, engine=vllm), RooflineModel(m, H100, tp=8, engine=plain)
+    fixed = KERNELS["vllm"]["expert_layer_overhead"] * m.moe_layers
+    assert m.moe_layers == 94 and fixed == pytest.approx(2.16e-3, rel=0.01)
+    one = with_term.step_time(0, 1, 1000) - without.step_time(0, 1, 1000)
+    assert fixed < one < fixed + 0.16 * without.step_time(0, 1, 1000)  # plus 16 % of the experts' read
+    prefill = with_term.step_time(8192, 0, 0) / without.step_time(8192, 0, 0)
+    assert 1.04 < prefill < 1.16  # routed experts are most of a prompt's FLOPs; the factor is 1.16
+    dense = models.model("llama-3.1-8b")
+    assert RooflineModel(dense, H100, engine=vllm).step_time(0, 8, 8000) == RooflineModel(
+        dense, H100, engine=plain).step_time(0, 8, 8000)
+    cpu = replace(H100, cuda_graphs=False)  # a `--gpu-spec` CPU: GPU kernels' costs are not its
+    assert RooflineModel(m, cpu, tp=8, engine=vllm).step_time(0, 1, 1000) == RooflineModel(
+        m, cpu, tp=8, engine=plain).step_time(0, 1, 1000)
+
+
+def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
+    """benchmarks/kernel_database.py's fit: latency = a x roofline + c on relative error, exact on a line."""
+    fit = benchmark_script("kernel_database").fit
+    roof = np.array([0.01, 0.05, 0.2, 1.0, 4.0])
+    a, c, err = fit(roof, 1.1 * roof + 0.0245)
+    assert (a, c) == (pytest.approx(1.1), pytest.approx(0.0245)) and err < 1e-9
+
+
+def test_kernel_database_names_a_folder_that_is_not_a_checkout(benchmark_script, tmp_path):
+    result = CliRunner().invoke(benchmark_script("kernel_database").main, ["--aic", str(tmp_path)])
+    assert result.exit_code != 0 and "no systems/data/h100_sxm folder (is it an aiconfigurator checkout?)" in result.output
+
+
+def test_kernel_database_leaves_out_nemotrons_non_gated_experts(benchmark_script):
+    """Nemotron-3's MoE FFNs have two matrices, not three: timed as gated they would read as 1.5x faster kernels
+    (TensorRT-LLM's factor came out 1.02 with them, 1.12 without)."""
+    import pandas as pd
+
+    rows = pd.DataFrame({"kernel_source": ["moe_torch_flow_cutlass", "moe_torch_flow_nongated", "triton", "triton",
+                                           "triton"],
+                         "topk": [8, 6, 22, 6, 2], "hidden_size": [4096, 2688, 2048, 2688, 4096],
+                         "inter_size": [1536, 1856, 5120, 1856, 14336], "num_experts": [128, 128, 512, 128, 8]})
+    assert benchmark_script("kernel_database").non_gated(rows).tolist() == [False, True, True, True, False]
+
+
+def test_fp8_gemms_cost_vllm_and_sglang_their_measured_factor_on_hopper():
+    """Tail term `fp8 GEMMs`: an FP8 checkpoint's dense GEMMs on Hopper cost vLLM's (SGLang's) measured factor and a
+    fixed time a GEMM; TensorRT-LLM (its FP8 speed is its tuned prior), a bf16 checkpoint, an A100 (no FP8 tensor
+    cores) and a `--gpu-spec` CPU are untouched, and an MoE model's routed experts keep their own term."""
+    m, vllm = models.model("llama-3.1-8b"), profile("vllm")
+    plain = replace(vllm, fp8_factor=1.0, fp8_gemm_overhead=0.0)
+    term, none = (RooflineModel(m, H100, weight_dtype="fp8", engine=e) for e in (vllm, plain))
+    assert term.fp8_gemms and m.dense_gemms == 128 and KERNELS["vllm"]["fp8_factor"] == 1.51
+    assert 1.35 < term.step_time(8192, 0, 0) / none.step_time(8192, 0, 0) < 1.51  # GEMMs: most of a prompt
+    assert term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) > 128 * KERNELS["vllm"]["fp8_gemm_overhead"]
+    assert profile("sglang").fp8_factor == 1.39 and (profile("trtllm").fp8_factor, profile("trtllm").fp8_gemm_overhead
+                                                     ) == (1.0, 0.0)
+    for g, dtype in ((H100, "bf16"), (gpus.gpu("A100-80GB"), "fp8"), (replace(H100, cuda_graphs=False), "fp8")):
+        assert RooflineModel(m, g, weight_dtype=dtype, engine=vllm).step_time(8192, 0, 0) == RooflineModel(
+            m, g, weight_dtype=dtype, engine=plain).step_time(8192, 0, 0), (g.name, dtype)
+    moe = models.model("qwen3-235b-a22b")
+    with_moe, without_moe = (RooflineModel(moe, H100, 8, "fp8", engine=e) for e in (vllm, plain))
+    assert 1.05 < with_moe.step_time(8192, 0, 0) / without_moe.step_time(8192, 0, 0) < 1.3  # routed experts excluded
+
+
+def test_attention_computes_at_the_kv_caches_peak():
+    """An FP8 checkpoint with a bf16 KV cache attends at the bf16 peak; with an FP8 cache at the FP8 peak."""
+    m = models.model("llama-3.1-8b")
+    assert RooflineModel(m, H100, 2, "fp8", "bf16").attention_peak == 2 * H100.bf16_flops
+    assert RooflineModel(m, H100, 2, "fp8", "fp8").attention_peak == 2 * H100.fp8_flops
+    fixed, as_before = RooflineModel(m, H100, 1, "fp8", "bf16"), RooflineModel(m, H100, 1, "fp8", "bf16")
+    as_before.__dict__["attention_peak"] = as_before.peak_flops  # attention charged at the FP8 peak
+    pairs = 32768**2 / 2  # a 32,768-token prompt's causal pairs: its attention FLOPs at half the rate
+    extra = 4 * m.layers * m.heads * m.head_dim * pairs / (fixed.efficiency.mfu * H100.bf16_flops) / 2
+    assert fixed.step_time(32768, 0, 0) - as_before.step_time(32768, 0, 0) == pytest.approx(extra, rel=0.01)
