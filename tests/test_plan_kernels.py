@@ -60,23 +60,28 @@ def test_kernel_database_leaves_out_nemotrons_non_gated_experts(benchmark_script
 
 
 def test_fp8_gemms_cost_vllm_and_sglang_their_measured_factor_on_hopper():
-    """Tail term `fp8 GEMMs`: an FP8 checkpoint's dense GEMMs on Hopper cost vLLM's (SGLang's) measured factor and a
-    fixed time a GEMM; TensorRT-LLM (its FP8 speed is its tuned prior), a bf16 checkpoint, an A100 (no FP8 tensor
-    cores) and a `--gpu-spec` CPU are untouched, and an MoE model's routed experts keep their own term."""
+    """Tail term `fp8 GEMMs`: an FP8 checkpoint's dense GEMMs on Hopper cost vLLM's (SGLang's) measured factors, one
+    on their FLOPs (a prompt's bound) and one on their weight reads (a decode's), and a fixed time a GEMM;
+    TensorRT-LLM (its FP8 speed is its tuned prior), a bf16 checkpoint, an A100 (no FP8 tensor cores) and a
+    `--gpu-spec` CPU are untouched, and an MoE model's routed experts keep their own term."""
     m, vllm = models.model("llama-3.1-8b"), profile("vllm")
-    plain = replace(vllm, fp8_factor=1.0, fp8_gemm_overhead=0.0)
+    plain = replace(vllm, fp8_bytes_factor=1.0, fp8_flops_factor=1.0, fp8_gemm_overhead=0.0)
     term, none = (RooflineModel(m, H100, weight_dtype="fp8", engine=e) for e in (vllm, plain))
-    assert term.fp8_gemms and m.dense_gemms == 128 and KERNELS["vllm"]["fp8_factor"] == 1.51
-    assert 1.35 < term.step_time(8192, 0, 0) / none.step_time(8192, 0, 0) < 1.51  # GEMMs: most of a prompt
-    assert term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) > 128 * KERNELS["vllm"]["fp8_gemm_overhead"]
-    assert profile("sglang").fp8_factor == 1.39 and (profile("trtllm").fp8_factor, profile("trtllm").fp8_gemm_overhead
-                                                     ) == (1.0, 0.0)
+    k = KERNELS["vllm"]
+    assert term.fp8_gemms and m.dense_gemms == 128 and (k["fp8_bytes_factor"], k["fp8_flops_factor"]) == (1.04, 1.62)
+    assert 1.4 < term.step_time(8192, 0, 0) / none.step_time(8192, 0, 0) < 1.62  # GEMM FLOPs: most of a prompt
+    fixed = 128 * k["fp8_gemm_overhead"]
+    decode = term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) - fixed  # weight reads: most of a decode
+    assert 0.02 * none.step_time(0, 1, 1000) < decode < 0.04 * none.step_time(0, 1, 1000)
+    trt = profile("trtllm")
+    assert profile("sglang").fp8_flops_factor == 1.48 and (trt.fp8_bytes_factor, trt.fp8_flops_factor,
+                                                          trt.fp8_gemm_overhead) == (1.0, 1.0, 0.0)
     for g, dtype in ((H100, "bf16"), (gpus.gpu("A100-80GB"), "fp8"), (replace(H100, cuda_graphs=False), "fp8")):
         assert RooflineModel(m, g, weight_dtype=dtype, engine=vllm).step_time(8192, 0, 0) == RooflineModel(
             m, g, weight_dtype=dtype, engine=plain).step_time(8192, 0, 0), (g.name, dtype)
     moe = models.model("qwen3-235b-a22b")
     with_moe, without_moe = (RooflineModel(moe, H100, 8, "fp8", engine=e) for e in (vllm, plain))
-    assert 1.05 < with_moe.step_time(8192, 0, 0) / without_moe.step_time(8192, 0, 0) < 1.3  # routed experts excluded
+    assert 1.05 < with_moe.step_time(8192, 0, 0) / without_moe.step_time(8192, 0, 0) < 1.35  # routed experts excluded
 
 
 def test_attention_computes_at_the_kv_caches_peak():

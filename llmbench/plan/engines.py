@@ -31,15 +31,17 @@ STREAM_TOKEN_COST = 87e-6
 # its dense GEMMs fitted as latency = a x roofline + c (`benchmarks/kernel_database.py`): an MoE layer's routed
 # experts (route, sort tokens by expert, two grouped GEMMs, combine) cost their roofline x a_moe / a_dense plus
 # c_moe - 2 c_dense per MoE layer a step.
-# Tail term `fp8 GEMMs`, measured the same way: each engine's per-tensor FP8 GEMMs against its bf16 GEMMs on H100
-# (a_fp8 / a_bf16 on their roofline at the FP8 peak and one byte a weight; c_fp8 - c_bf16 a GEMM: the activations'
-# quantization; the H200's tables agree within 0.02). TensorRT-LLM's (1.23, 10.0 µs) is measured and not applied:
-# its FP8 speed is the tuning-chosen `mfu_scale`, and with the factor on top its tuning rows, all FP8, ran slow
-# (objective 4.48 -> 5.24); vLLM's and SGLang's FP8 GEMMs had nothing but the family prior at the FP8 peak.
-KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_factor": f8, "fp8_gemm_overhead": c8}
-           for name, factor, fixed, f8, c8 in (("vllm", 1.16, 23.0e-6, 1.51, 2.6e-6),
-                                               ("sglang", 1.18, 11.9e-6, 1.39, 2.2e-6),
-                                               ("trtllm", 1.12, 26.9e-6, 1.0, 0.0))}
+# Tail term `fp8 GEMMs`, measured the same way: each engine's per-tensor FP8 GEMMs against its bf16 GEMMs on H100,
+# those whose weights stream from HBM (64 MB or more), each roofline bound fitted apart: the FP8 GEMMs' bytes x
+# a_bytes_fp8 / a_bytes_bf16, their FLOPs x a_flops_fp8 / a_flops_bf16, c_fp8 - c_bf16 a GEMM (the activations'
+# quantization); the H200's tables: bytes x1.12-1.13, FLOPs x1.34-1.41. TensorRT-LLM's (x0.99, x1.25, 11.1 µs) is
+# measured and not applied: its FP8 speed is the tuning-chosen `mfu_scale`, and with the kernels' factor on top its
+# tuning rows, all FP8, ran slow (objective 4.48 -> 5.24); vLLM's and SGLang's had nothing but the family prior.
+KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_bytes_factor": b8,
+                  "fp8_flops_factor": f8, "fp8_gemm_overhead": c8}
+           for name, factor, fixed, b8, f8, c8 in (("vllm", 1.16, 23.0e-6, 1.04, 1.62, 5.4e-6),
+                                                   ("sglang", 1.18, 11.9e-6, 1.05, 1.48, 3.7e-6),
+                                                   ("trtllm", 1.12, 26.9e-6, 1.0, 1.0, 0.0))}
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class EngineProfile:
     unchunked: Literal["separate", "whole"] = "separate"
     expert_factor: float = 1.0  # routed-expert GEMMs against the roofline (tail term `expert kernels`)
     expert_layer_overhead: float = 0.0  # seconds per MoE layer a step (tail term `expert kernels`)
-    fp8_factor: float = 1.0  # FP8 GEMMs against their roofline, relative to bf16's (tail term `fp8 GEMMs`)
+    fp8_bytes_factor: float = 1.0  # FP8 GEMMs' weight reads against bf16's share of the roofline (`fp8 GEMMs`)
+    fp8_flops_factor: float = 1.0  # FP8 GEMMs' FLOPs against bf16's share of the roofline (`fp8 GEMMs`)
     fp8_gemm_overhead: float = 0.0  # seconds per FP8 GEMM a step beyond a bf16 one (tail term `fp8 GEMMs`)
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""

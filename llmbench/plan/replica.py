@@ -194,9 +194,9 @@ def fp8_note(roof: RooflineModel) -> str:
     e = roof.engine
     if not roof.fp8_gemms:
         return ""
-    gemms = (f"fp8 GEMMs (x{e.fp8_factor:.2f} their roofline and {e.fp8_gemm_overhead * 1e6:.1f} µs a GEMM, "
-             f"{roof.model.dense_gemms} a step: {e.name}'s FP8 GEMMs against its bf16 ones in AIConfigurator's H100 "
-             "kernel database)" if e.fp8_factor != 1.0 else
+    gemms = (f"fp8 GEMMs (weight reads x{e.fp8_bytes_factor:.2f}, FLOPs x{e.fp8_flops_factor:.2f} their roofline "
+             f"and {e.fp8_gemm_overhead * 1e6:.1f} µs a GEMM, {roof.model.dense_gemms} a step: {e.name}'s FP8 GEMMs "
+             "against its bf16 ones in AIConfigurator's H100 kernel database)" if e.fp8_gemm_overhead else
              f"fp8 GEMMs not charged ({e.name}'s FP8 speed is its tuned prior)")
     dtype = "FP8" if roof.attention_peak == roof.peak_flops else "bf16"
     return f"{gemms}; attention at the {dtype} peak (the KV cache's dtype); "

@@ -168,12 +168,12 @@ class RooflineModel:
             routed_flops = e.expert_factor * 2 * m.routed_active_params * rows
             touched += routed_bytes * (1 - 1 / e.expert_factor)
             linear_flops += routed_flops * (1 - 1 / e.expert_factor)
+        if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs at the engine's measured factors
+            touched += (e.fp8_bytes_factor - 1) * (touched - routed_bytes)
+            linear_flops += (e.fp8_flops_factor - 1) * (linear_flops - routed_flops)
         # per-operator roofline: the GEMMs (weights) and attention (the KV cache) are separate kernels, each
         # bound by its own compute and memory, meeting at a knee, run one after the other
         linear = knee(touched / byte_rate, linear_flops / flop_rate, self.knee_p)
-        if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs cost the engine's factor
-            linear += (e.fp8_factor - 1) * knee((touched - routed_bytes) / byte_rate,
-                                                (linear_flops - routed_flops) / flop_rate, self.knee_p)
         attention = knee(kv_bytes / byte_rate, attn_flops / (flop_rate * self.attention_peak / self.peak_flops),
                          self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
