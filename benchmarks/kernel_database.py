@@ -61,6 +61,13 @@ def bounds_fit(bytes_time: np.ndarray, flops_time: np.ndarray, latency: np.ndarr
     return ab, af, c, float(np.median(np.abs((ab * bytes_time + af * flops_time + c) / latency - 1)))
 
 
+def by_bound(gemms: pd.DataFrame, roofline) -> tuple[float, float, float, float]:
+    """`bounds_fit` of GEMMs on their roofline's two bounds, the weights' read and the FLOPs."""
+    weights, flops = gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES), 2 * gemms.m * gemms.n * gemms.k
+    return bounds_fit(roofline(weights, 0 * flops, gemms.gemm_dtype), roofline(0 * weights, flops, gemms.gemm_dtype),
+                      gemms.latency.to_numpy())
+
+
 def fit(roofline: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]:
     """latency ≈ a·roofline + c, least squares on the relative error; (a, c, median |relative error|)."""
     design = np.vstack([roofline / latency, 1 / latency]).T
@@ -100,10 +107,8 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
         ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
         click.echo(f"{engine} {version}: dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%})")
         streamed = d[d.n * d.k * d.gemm_dtype.map(BYTES) >= STREAMED_BYTES]
-        (bb, fb, cb, _), (b8, f8, c8, err8) = (bounds_fit(
-            *(roofline(x.n * x.k * x.gemm_dtype.map(BYTES) * (1 - f), 2 * x.m * x.n * x.k * f, x.gemm_dtype)
-              for f in (0, 1)), x.latency.to_numpy()) for x in (streamed[streamed.gemm_dtype == t]
-                                                               for t in ("bfloat16", "fp8")))
+        (bb, fb, cb, _), (b8, f8, c8, err8) = (by_bound(streamed[streamed.gemm_dtype == t], roofline)
+                                               for t in ("bfloat16", "fp8"))
         click.echo(f"  fp8 GEMMs: {(streamed.gemm_dtype == 'fp8').sum():,} a_bytes {b8:.3f} a_flops {f8:.3f} c "
                    f"{c8 * 1e3:.1f} µs ({err8:.1%}), bf16 {bb:.3f} {fb:.3f} {cb * 1e3:.1f} µs -> bytes x{b8 / bb:.2f}, "
                    f"FLOPs x{f8 / fb:.2f}, {(c8 - cb) * 1e3:.1f} µs a GEMM")

@@ -222,3 +222,15 @@ def test_an_moe_plan_names_its_expert_kernels_and_a_dense_one_does_not(tmp_path)
     assert "expert kernels (the routed experts' GEMMs x1.16 their roofline and 23.0 µs a MoE layer, 48 layers" in flat
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "expert kernels" not in " ".join(text.split())
+
+
+def test_an_fp8_plan_names_its_gemms_and_where_attention_computes(tmp_path):
+    """An FP8 checkpoint on Hopper: the plan names the measured FP8 GEMM factors (vLLM's), TensorRT-LLM's absence of
+    them, and the bf16 peak its attention runs at with a bf16 KV cache; a bf16 plan names neither."""
+    args = ("--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--weight-dtype", "fp8")
+    flat = " ".join(plan(tmp_path, *args)[1].split())
+    assert "fp8 GEMMs (weight reads x1.04, FLOPs x1.62 their roofline and 5.4 µs a GEMM, 128 a step" in flat
+    assert "attention at the bf16 peak" in flat
+    flat = " ".join(plan(tmp_path, *args, "--engine", "trtllm", "--kv-dtype", "fp8")[1].split())
+    assert "fp8 GEMMs not charged (trtllm's FP8 speed is its tuned prior)" in flat and "at the FP8 peak" in flat
+    assert "fp8 GEMMs" not in " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")[1].split())

@@ -42,6 +42,14 @@ def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
     assert (a, c) == (pytest.approx(1.1), pytest.approx(0.0245)) and err < 1e-9
 
 
+def test_fp8_gemms_fit_recovers_each_bound_apart(benchmark_script):
+    """benchmarks/kernel_database.py's two-bound fit: latency = a_bytes x bytes time + a_flops x FLOPs time + c."""
+    bounds_fit = benchmark_script("kernel_database").bounds_fit
+    bytes_time, flops_time = np.array([1.0, 0.2, 3.0, 0.05, 2.0]), np.array([0.01, 2.0, 0.5, 4.0, 2.0])
+    ab, af, c, err = bounds_fit(bytes_time, flops_time, 1.04 * bytes_time + 1.62 * flops_time + 0.0054)
+    assert (ab, af, c) == (pytest.approx(1.04), pytest.approx(1.62), pytest.approx(0.0054)) and err < 1e-9
+
+
 def test_kernel_database_names_a_folder_that_is_not_a_checkout(benchmark_script, tmp_path):
     result = CliRunner().invoke(benchmark_script("kernel_database").main, ["--aic", str(tmp_path)])
     assert result.exit_code != 0 and "no systems/data/h100_sxm folder (is it an aiconfigurator checkout?)" in result.output

@@ -85,8 +85,7 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
              f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}latencies at 80 % of "
-             "saturation or "
-             "more take the near-saturation band"]
+             "saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
