@@ -53,12 +53,23 @@ def non_gated(m: pd.DataFrame) -> pd.Series:
             | ((m.hidden_size == 2688) & (m.inter_size == 1856) & (m.num_experts == 128)))
 
 
+def relative_fit(latency: np.ndarray, *times: np.ndarray) -> tuple[float, ...]:
+    """latency ≈ Σ a_i·times_i + c, least squares on the relative error; (a_1, ..., c, median |relative error|)."""
+    design = np.vstack([t / latency for t in times] + [1 / latency]).T
+    coef, *_ = np.linalg.lstsq(design, np.ones_like(latency), rcond=None)
+    modelled = sum(a * t for a, t in zip(coef[:-1], times, strict=True)) + coef[-1]
+    return (*map(float, coef), float(np.median(np.abs(modelled / latency - 1))))
+
+
+def fit(roofline: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]:
+    """latency ≈ a·roofline + c; (a, c, median |relative error|)."""
+    return relative_fit(latency, roofline)
+
+
 def bounds_fit(bytes_time: np.ndarray, flops_time: np.ndarray, latency: np.ndarray
                ) -> tuple[float, float, float, float]:
-    """latency ≈ a_bytes·bytes_time + a_flops·flops_time + c on relative error; (a_bytes, a_flops, c, median |error|)."""
-    design = np.vstack([bytes_time / latency, flops_time / latency, 1 / latency]).T
-    (ab, af, c), *_ = np.linalg.lstsq(design, np.ones_like(latency), rcond=None)
-    return ab, af, c, float(np.median(np.abs((ab * bytes_time + af * flops_time + c) / latency - 1)))
+    """latency ≈ a_bytes·bytes_time + a_flops·flops_time + c; (a_bytes, a_flops, c, median |relative error|)."""
+    return relative_fit(latency, bytes_time, flops_time)
 
 
 def by_bound(gemms: pd.DataFrame, roofline) -> tuple[float, float, float, float]:
@@ -66,13 +77,6 @@ def by_bound(gemms: pd.DataFrame, roofline) -> tuple[float, float, float, float]
     weights, flops = gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES), 2 * gemms.m * gemms.n * gemms.k
     return bounds_fit(roofline(weights, 0 * flops, gemms.gemm_dtype), roofline(0 * weights, flops, gemms.gemm_dtype),
                       gemms.latency.to_numpy())
-
-
-def fit(roofline: np.ndarray, latency: np.ndarray) -> tuple[float, float, float]:
-    """latency ≈ a·roofline + c, least squares on the relative error; (a, c, median |relative error|)."""
-    design = np.vstack([roofline / latency, 1 / latency]).T
-    (a, c), *_ = np.linalg.lstsq(design, np.ones_like(latency), rcond=None)
-    return a, c, float(np.median(np.abs((a * roofline + c) / latency - 1)))
 
 
 @click.command()

@@ -310,10 +310,11 @@ def test_a_checkpoint_under_home_is_read_from_its_config(tmp_path, monkeypatch):
 def test_moe_decode_reads_nearly_every_expert_beyond_a_few_tokens():
     """A step of B tokens touches 1 - (1 - k/E)^B of the routed experts, not k/E of them."""
     m = models.model("mixtral-8x7b")
-    assert m.params_read(1) == pytest.approx(m.active_params, rel=1e-6)
-    assert m.params_read(8) / m.params > 0.9 and m.params_read(256) == pytest.approx(m.params)
+    read = {t: m.unrouted_params + m.routed_read(t) for t in (1, 8, 256)}
+    assert read[1] == pytest.approx(m.active_params, rel=1e-6)
+    assert read[8] / m.params > 0.9 and read[256] == pytest.approx(m.params)
     dense = models.model("llama-3.1-8b")
-    assert dense.params_read(1) == dense.params
+    assert dense.unrouted_params == dense.params and dense.routed_read(1) == 0
     roof = RooflineModel(m, H100)
     assert roof.step_time(0, 64, 64 * 1000) > 2 * roof.step_time(0, 1, 1000)  # 64 decodes read ~3.6x the weights
 

@@ -103,11 +103,10 @@ class ModelSpec:
         hit = 1.0 - (1.0 - min(self.top_k, self.experts) / self.experts) ** max(tokens, 1.0)
         return min(self.routed_expert_params, self.params) * hit
 
-    def params_read(self, tokens: float) -> float:
-        """Parameters a step of `tokens` tokens reads: everything but the routed experts, and those hit."""
-        if self.experts <= 1:
-            return self.params
-        return self.params - min(self.routed_expert_params, self.params) + self.routed_read(tokens)
+    @cached_property
+    def unrouted_params(self) -> float:
+        """Parameters every step reads: all but the routed experts (a step reads those its tokens hit, `routed_read`)."""
+        return self.params - min(self.routed_expert_params, self.params)
 
     def kv_bytes_per_token(self, kv_bytes: float, tp: int = 1) -> float:
         """Per GPU: 2·L·max(n_kv/TP, 1)·d_h·b (GQA heads replicated when n_kv < TP); MLA: L·(rank+rope)·b."""

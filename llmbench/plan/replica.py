@@ -195,7 +195,8 @@ def fp8_note(roof: RooflineModel) -> str:
         return ""
     gemms = (f"fp8 GEMMs (weight reads x{e.fp8_bytes_factor:.2f}, FLOPs x{e.fp8_flops_factor:.2f} their roofline "
              f"and {e.fp8_gemm_overhead * 1e6:.1f} µs a GEMM, {roof.model.dense_gemms} a step: {e.name}'s FP8 GEMMs "
-             "against its bf16 ones in AIConfigurator's H100 kernel database)" if e.fp8_gemm_overhead else
+             "against its bf16 ones in AIConfigurator's H100 kernel database)"
+             if (e.fp8_bytes_factor, e.fp8_flops_factor, e.fp8_gemm_overhead) != (1.0, 1.0, 0.0) else
              f"fp8 GEMMs not charged ({e.name}'s FP8 speed is its tuned prior)")
     dtype = "FP8" if roof.attention_peak == roof.peak_flops else "bf16"
     return f"{gemms}; attention at the {dtype} peak (the KV cache's dtype); "

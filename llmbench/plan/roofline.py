@@ -157,17 +157,18 @@ class RooflineModel:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
         attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
         kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
-        touched = self.weight_bytes * (m.params_read(tokens) / m.params) if m.experts > 1 else self.weight_bytes
+        routed_read = m.routed_read(tokens)  # 0 for a dense model
+        touched = self.weight_bytes * ((m.unrouted_params + routed_read) / m.params) if m.experts > 1 else self.weight_bytes
         eff, e = self.efficiency, self.engine
         gpu_kernels = self.gpu.cuda_graphs  # the kernel database's terms are a GPU's, not a `--gpu-spec` CPU's
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
-        routed_bytes = routed_flops = 0.0
+        routed_bytes = routed_flops = 0.0  # the routed experts' part of the GEMMs, as charged
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
-            routed_bytes = e.expert_factor * self.weight_bytes * m.routed_read(tokens) / m.params  # their share
-            routed_flops = e.expert_factor * 2 * m.routed_active_params * rows
-            touched += routed_bytes * (1 - 1 / e.expert_factor)
-            linear_flops += routed_flops * (1 - 1 / e.expert_factor)
+            read, flops = self.weight_bytes * routed_read / m.params, 2 * m.routed_active_params * rows
+            touched += (e.expert_factor - 1) * read
+            linear_flops += (e.expert_factor - 1) * flops
+            routed_bytes, routed_flops = e.expert_factor * read, e.expert_factor * flops
         if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs at the engine's measured factors
             touched += (e.fp8_bytes_factor - 1) * (touched - routed_bytes)
             linear_flops += (e.fp8_flops_factor - 1) * (linear_flops - routed_flops)
