@@ -2,7 +2,9 @@
 MoE layer's fused expert kernel against the dense GEMMs of the same bytes and FLOPs; `llmbench.plan.engines.KERNELS`)
 and `prefill attention` (a prompt's causal attention kernel against the same GEMMs: measured, tried and not kept,
 benchmarks/README.md), and `fp8 GEMMs` (per-tensor FP8 GEMMs against the bf16 ones, weights of 64 MB or more,
-each bound fitted apart: a_bytes and a_flops of FP8 over bf16's, c_fp8 - c_bf16 a GEMM).
+each bound fitted apart: a_bytes and a_flops of FP8 over bf16's, c_fp8 - c_bf16 a GEMM), and `weight reads` (the
+share of the HBM bandwidth at which GEMMs of decode shape, m <= 16, read weights of 64 MB or more, per dtype:
+latency = bytes / (f x bandwidth) + c).
 
     pip install pyarrow   # to read the database's parquet files; not a dependency of llmbench
     python benchmarks/kernel_database.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
@@ -42,6 +44,8 @@ BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
 # `fp8 GEMMs` is fitted on GEMMs whose weights exceed the H100's 50 MB L2: a serving step streams every layer's
 # weights from HBM, while a micro-benchmark repeating one small GEMM finds its weights in L2
 STREAMED_BYTES = 64e6
+DECODE_ROWS = 16  # `weight reads`: GEMMs of up to this many rows spend a few per cent of their time on FLOPs
+
 
 
 def non_gated(m: pd.DataFrame) -> pd.Series:
@@ -77,6 +81,15 @@ def by_bound(gemms: pd.DataFrame, roofline) -> tuple[float, float, float, float]
     weights, flops = gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES), 2 * gemms.m * gemms.n * gemms.k
     return bounds_fit(roofline(weights, 0 * flops, gemms.gemm_dtype), roofline(0 * weights, flops, gemms.gemm_dtype),
                       gemms.latency.to_numpy())
+
+
+def weight_reads(gemms: pd.DataFrame, bandwidth: float) -> tuple[float, float, float]:
+    """`weight reads`: decode-shaped GEMMs that stream their weights from HBM fitted as latency = bytes / (f x
+    bandwidth) + c; (f, c in seconds, median |relative error|)."""
+    g = gemms[(gemms.m <= DECODE_ROWS) & (gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES) >= STREAMED_BYTES)]
+    weights = (g.n * g.k * g.gemm_dtype.map(BYTES)).to_numpy()
+    a, c, err = relative_fit(g.latency.to_numpy() * 1e-3, weights / bandwidth)
+    return 1 / a, c, err
 
 
 @click.command()
@@ -116,6 +129,9 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
         click.echo(f"  fp8 GEMMs: {(streamed.gemm_dtype == 'fp8').sum():,} a_bytes {b8:.3f} a_flops {f8:.3f} c "
                    f"{c8 * 1e3:.1f} µs ({err8:.1%}), bf16 {bb:.3f} {fb:.3f} {cb * 1e3:.1f} µs -> bytes x{b8 / bb:.2f}, "
                    f"FLOPs x{f8 / fb:.2f}, {(c8 - cb) * 1e3:.1f} µs a GEMM")
+        for t in ("bfloat16", "fp8"):
+            f, c, err = weight_reads(d[d.gemm_dtype == t], g.bandwidth)
+            click.echo(f"  weight reads, {t}: {f:.3f} of the bandwidth, {c * 1e6:.1f} µs a GEMM ({err:.1%})")
         if prompt_file.exists():
             p = pd.read_parquet(prompt_file)
             window = p.window_size if "window_size" in p else 0  # older collections have no sliding windows

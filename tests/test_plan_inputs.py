@@ -225,12 +225,17 @@ def test_an_moe_plan_names_its_expert_kernels_and_a_dense_one_does_not(tmp_path)
 
 
 def test_an_fp8_plan_names_its_gemms_and_where_attention_computes(tmp_path):
-    """An FP8 checkpoint on Hopper: the plan names the measured FP8 GEMM factors (vLLM's), TensorRT-LLM's absence of
-    them, and the bf16 peak its attention runs at with a bf16 KV cache; a bf16 plan names neither."""
+    """An FP8 checkpoint on Hopper: the plan names the measured FP8 FLOPs factor and weight reads (vLLM's),
+    TensorRT-LLM's absence of them, and the bf16 peak its attention runs at with a bf16 KV cache; a bf16 plan names
+    its bf16 weight reads and no FP8 term; an A100 plan neither."""
     args = ("--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--weight-dtype", "fp8")
     flat = " ".join(plan(tmp_path, *args)[1].split())
-    assert "fp8 GEMMs (weight reads x1.04, FLOPs x1.62 their roofline and 5.4 µs a GEMM, 128 a step" in flat
-    assert "attention at the bf16 peak" in flat
+    assert "fp8 GEMMs (FLOPs x1.62 their roofline" in flat and "attention at the bf16 peak" in flat
+    assert "weight reads (fp8 weights of the dense GEMMs at 86% of the bandwidth and 9.7 µs a GEMM, 128 a step" in flat
     flat = " ".join(plan(tmp_path, *args, "--engine", "trtllm", "--kv-dtype", "fp8")[1].split())
     assert "fp8 GEMMs not charged (trtllm's FP8 speed is its tuned prior)" in flat and "at the FP8 peak" in flat
-    assert "fp8 GEMMs" not in " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")[1].split())
+    assert "weight reads at the MBU prior (trtllm's fp8 GEMMs" in flat
+    flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")[1].split())
+    assert "fp8 GEMMs" not in flat and "weight reads (bf16 weights of the dense GEMMs at 88% of the bandwidth" in flat
+    flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "A100-80GB")[1].split())
+    assert "weight reads" not in flat

@@ -1,5 +1,5 @@
 """Terms measured on GPU kernels (AIConfigurator's kernel database, benchmarks/kernel_database.py): `expert kernels`,
-`fp8 GEMMs` and where attention computes; and the script that measures them."""
+`fp8 GEMMs`, `weight reads` and where attention computes; and the script that measures them."""
 
 from dataclasses import replace
 
@@ -67,29 +67,64 @@ def test_kernel_database_leaves_out_nemotrons_non_gated_experts(benchmark_script
     assert benchmark_script("kernel_database").non_gated(rows).tolist() == [False, True, True, True, False]
 
 
-def test_fp8_gemms_cost_vllm_and_sglang_their_measured_factor_on_hopper():
-    """Tail term `fp8 GEMMs`: an FP8 checkpoint's dense GEMMs on Hopper cost vLLM's (SGLang's) measured factors, one
-    on their FLOPs (a prompt's bound) and one on their weight reads (a decode's), and a fixed time a GEMM;
-    TensorRT-LLM (its FP8 speed is its tuned prior), a bf16 checkpoint, an A100 (no FP8 tensor cores) and a
-    `--gpu-spec` CPU are untouched, and an MoE model's routed experts keep their own term."""
+def test_fp8_gemms_cost_vllm_and_sglang_their_measured_flops_factor_on_hopper():
+    """Tail term `fp8 GEMMs`: an FP8 checkpoint's dense GEMMs on Hopper cost vLLM's (SGLang's) measured factor on their
+    FLOPs (a prompt's bound); TensorRT-LLM (its FP8 speed is its tuned prior), a bf16 checkpoint, an A100 (no FP8
+    tensor cores) and a `--gpu-spec` CPU are untouched, and an MoE model's routed experts keep their own term."""
     m, vllm = models.model("llama-3.1-8b"), profile("vllm")
-    plain = replace(vllm, fp8_bytes_factor=1.0, fp8_flops_factor=1.0, fp8_gemm_overhead=0.0)
+    plain = replace(vllm, fp8_flops_factor=1.0)
     term, none = (RooflineModel(m, H100, weight_dtype="fp8", engine=e) for e in (vllm, plain))
-    k = KERNELS["vllm"]
-    assert term.fp8_gemms and m.dense_gemms == 128 and (k["fp8_bytes_factor"], k["fp8_flops_factor"]) == (1.04, 1.62)
+    assert term.fp8_gemms and KERNELS["vllm"]["fp8_flops_factor"] == 1.62
     assert 1.4 < term.step_time(8192, 0, 0) / none.step_time(8192, 0, 0) < 1.62  # GEMM FLOPs: most of a prompt
-    fixed = 128 * k["fp8_gemm_overhead"]
-    decode = term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) - fixed  # weight reads: most of a decode
-    assert 0.02 * none.step_time(0, 1, 1000) < decode < 0.04 * none.step_time(0, 1, 1000)
-    trt = profile("trtllm")
-    assert profile("sglang").fp8_flops_factor == 1.48 and (trt.fp8_bytes_factor, trt.fp8_flops_factor,
-                                                          trt.fp8_gemm_overhead) == (1.0, 1.0, 0.0)
+    assert 1.0 < term.step_time(0, 1, 1000) / none.step_time(0, 1, 1000) < 1.01  # a decode reads, it hardly computes
+    assert profile("sglang").fp8_flops_factor == 1.48 and profile("trtllm").fp8_flops_factor == 1.0
     for g, dtype in ((H100, "bf16"), (gpus.gpu("A100-80GB"), "fp8"), (replace(H100, cuda_graphs=False), "fp8")):
         assert RooflineModel(m, g, weight_dtype=dtype, engine=vllm).step_time(8192, 0, 0) == RooflineModel(
             m, g, weight_dtype=dtype, engine=plain).step_time(8192, 0, 0), (g.name, dtype)
     moe = models.model("qwen3-235b-a22b")
     with_moe, without_moe = (RooflineModel(moe, H100, 8, "fp8", engine=e) for e in (vllm, plain))
     assert 1.05 < with_moe.step_time(8192, 0, 0) / without_moe.step_time(8192, 0, 0) < 1.35  # routed experts excluded
+
+
+def test_weight_reads_stream_dense_weights_at_the_measured_share_on_hopper():
+    """Tail term `weight reads`: on Hopper, vLLM's (SGLang's) dense GEMMs read their weights at the share of the HBM
+    bandwidth its kernels were measured at, for the checkpoint's dtype, not at the family's MBU, and cost a fixed
+    time a GEMM; TensorRT-LLM (its tuned prior), an A100, a `--gpu-spec` CPU and int4 weights keep the prior, and an
+    MoE model's routed experts keep theirs."""
+    m, vllm = models.model("llama-3.1-8b"), profile("vllm")
+    plain = replace(vllm, read_bf16=0.0, read_fp8=0.0)
+    prior = 0.60 * H100.bandwidth
+    for dtype, share, fixed in (("bf16", 0.878, 3.7e-6), ("fp8", 0.860, 9.7e-6)):
+        term, none = (RooflineModel(m, H100, weight_dtype=dtype, engine=e) for e in (vllm, plain))
+        assert term.weight_reads == (share, fixed) and none.weight_reads is None
+        w = term.weight_bytes
+        expected = w / (share * H100.bandwidth) - w / prior + m.dense_gemms * fixed
+        assert term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) == pytest.approx(expected, rel=1e-9)
+    bf16 = (RooflineModel(m, H100, engine=e).step_time(0, 1, 1000) for e in (vllm, plain))
+    assert next(bf16) < 0.8 * next(bf16)  # a decode is its weight reads; an FP8 one of 8B pays them back in 128 GEMMs
+    assert profile("sglang").read_bf16 == 0.854 and profile("lmdeploy").read_bf16 == 0.0
+    for g, dtype, e in ((H100, "bf16", profile("trtllm")), (gpus.gpu("A100-80GB"), "bf16", vllm),
+                        (replace(H100, cuda_graphs=False), "bf16", vllm), (H100, "int4", vllm)):
+        assert RooflineModel(m, g, weight_dtype=dtype, engine=e).weight_reads is None, (g.name, dtype, e.name)
+    moe = models.model("qwen3-235b-a22b")
+    term, none = (RooflineModel(moe, H100, 8, engine=e) for e in (vllm, plain))
+    dense = term.weight_bytes * moe.unrouted_params / moe.params
+    expected = dense / (0.878 * 8 * H100.bandwidth) - dense / (8 * prior) + moe.dense_gemms * 3.7e-6
+    assert term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) == pytest.approx(expected, rel=1e-9)
+
+
+def test_weight_reads_fit_recovers_a_known_bandwidth(benchmark_script):
+    """benchmarks/kernel_database.py's `weight reads`: decode-shaped GEMMs (m <= 16) over 64 MB of weights, latency =
+    bytes / (f x bandwidth) + c; the wider and the smaller GEMMs are left out."""
+    import pandas as pd
+
+    n = np.array([8192, 16384, 28672, 57344, 2048, 8192])
+    gemms = pd.DataFrame({"m": [1, 8, 16, 4, 1, 64], "n": n, "k": [8192] * 6,
+                          "gemm_dtype": ["bfloat16"] * 6})
+    gemms["latency"] = (gemms.n * gemms.k * 2 / (0.85 * 3.35e12) + 4e-6) * 1e3  # ms, as the database keeps it
+    gemms.loc[4:, "latency"] *= 3  # a 64 MB-or-less GEMM and a 64-row one: not decode reads of streamed weights
+    f, c, err = benchmark_script("kernel_database").weight_reads(gemms, 3.35e12)
+    assert (f, c) == (pytest.approx(0.85), pytest.approx(4e-6)) and err < 1e-9
 
 
 def test_attention_computes_at_the_kv_caches_peak():

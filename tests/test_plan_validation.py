@@ -154,17 +154,22 @@ def test_inference_sims_vllm_run_is_a_tuning_source_phrased_as_it_ran():
 
 def test_vllm_v1_takes_its_own_fixed_costs():
     """vLLM from 0.8 (V1: CUDA-graph decode steps, the engine core apart from the API server) pays TensorRT-LLM's
-    fixed costs, older vLLM BLIS's fit; on source I they bring the end-to-end latency closer to the published."""
+    fixed costs, older vLLM BLIS's fit; on source I they brought every end-to-end latency closer to the published
+    when they were chosen (the weights read at the MBU prior). With the measured `weight reads` the mean and P90
+    still are closer (-2 % against +10 %) and the P99 no longer (-8 % against +2 %)."""
     h100 = gpus.gpu("H100-SXM")
     v1, v0 = engines.profile("vllm@0.14", h100), engines.profile("vllm@0.6", h100)
     assert (v1.step_overhead, v1.layer_overhead, v1.request_overhead) == (60e-6, 8e-6, 5e-3)
     assert v0.layer_overhead == engines.PROFILES["vllm"].layer_overhead > v1.layer_overhead
     (case,) = inference_sim.CASES
-    now = validate([case])
-    old = validate([replace(case, engine="vllm@0.6", knobs={**case.knobs, "chunked_prefill": True,
-                                                               "max_num_seqs": 1024})])
-    error = {r["metric"]: abs(r["error"]) for r in now}
-    assert all(error[r["metric"]] < abs(r["error"]) for r in old if r["metric"].endswith("e2el_ms"))
+    as_v0 = {"engine": "vllm@0.6", "knobs": {**case.knobs, "chunked_prefill": True, "max_num_seqs": 1024}}
+    for reads, metrics in ((True, ("mean_e2el_ms", "p90_e2el_ms")), (False, ("mean_e2el_ms", "p90_e2el_ms",
+                                                                           "p99_e2el_ms"))):
+        knobs = {} if reads else {"read_bf16": 0.0}
+        now = validate([replace(case, knobs={**case.knobs, **knobs})])
+        old = validate([replace(case, **as_v0 | {"knobs": {**as_v0["knobs"], **knobs}})])
+        error = {r["metric"]: abs(r["error"]) for r in now}
+        assert all(error[r["metric"]] < abs(r["error"]) for r in old if r["metric"] in metrics), reads
 
 
 def test_held_out_figures_inside_their_bands():

@@ -32,16 +32,21 @@ STREAM_TOKEN_COST = 87e-6
 # experts (route, sort tokens by expert, two grouped GEMMs, combine) cost their roofline x a_moe / a_dense plus
 # c_moe - 2 c_dense per MoE layer a step.
 # Tail term `fp8 GEMMs`, measured the same way: each engine's per-tensor FP8 GEMMs against its bf16 GEMMs on H100,
-# those whose weights stream from HBM (64 MB or more), each roofline bound fitted apart: the FP8 GEMMs' bytes x
-# a_bytes_fp8 / a_bytes_bf16, their FLOPs x a_flops_fp8 / a_flops_bf16, c_fp8 - c_bf16 a GEMM (the activations'
-# quantization); the H200's tables: bytes x1.12-1.13, FLOPs x1.34-1.41. TensorRT-LLM's (x0.99, x1.25, 11.1 µs) is
-# measured and not applied: its FP8 speed is the tuning-chosen `mfu_scale`, and with the kernels' factor on top its
-# tuning rows, all FP8, ran slow (objective 4.48 -> 5.24); vLLM's and SGLang's had nothing but the family prior.
-KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_bytes_factor": b8,
-                  "fp8_flops_factor": f8, "fp8_gemm_overhead": c8}
-           for name, factor, fixed, b8, f8, c8 in (("vllm", 1.16, 23.0e-6, 1.04, 1.62, 5.4e-6),
-                                                   ("sglang", 1.18, 11.9e-6, 1.05, 1.48, 3.7e-6),
-                                                   ("trtllm", 1.12, 26.9e-6, 1.0, 1.0, 0.0))}
+# those whose weights stream from HBM (64 MB or more), each roofline bound fitted apart: the FP8 GEMMs' FLOPs cost
+# a_flops_fp8 / a_flops_bf16 (the H200's tables: x1.34-1.41); their weight reads and fixed time are `weight reads`'.
+# Tail term `weight reads`, measured the same way: each engine's GEMMs of decode shape (m <= 16, FLOPs a few per
+# cent of their time) whose weights stream from HBM, fitted as latency = bytes / (f x bandwidth) + c per weight
+# dtype (H100; the H200's tables: f within 4 %): a dense GEMM reads its weights at f of the GPU's bandwidth, not
+# the family's MBU (0.60), and costs c a GEMM. TensorRT-LLM's are measured and not applied (FP8 FLOPs x1.25;
+# weight reads bf16 0.854 / 4.9 µs, fp8 0.845 / 14.6 µs): its speed is the tuning-chosen `mfu_scale` and
+# `mbu_scale`, and with the kernels' values on top its tuning rows ran slow (objective 4.48 -> 5.24 for the FP8
+# factor, -> 4.59 for the weight reads); vLLM's and SGLang's had nothing but the family prior.
+KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_flops_factor": f8,
+                  "read_bf16": rb, "gemm_fixed_bf16": cb, "read_fp8": r8, "gemm_fixed_fp8": c8}
+           for name, factor, fixed, f8, rb, cb, r8, c8 in (
+               ("vllm", 1.16, 23.0e-6, 1.62, 0.878, 3.7e-6, 0.860, 9.7e-6),
+               ("sglang", 1.18, 11.9e-6, 1.48, 0.854, 4.0e-6, 0.828, 7.3e-6),
+               ("trtllm", 1.12, 26.9e-6, 1.0, 0.0, 0.0, 0.0, 0.0))}
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,11 @@ class EngineProfile:
     unchunked: Literal["separate", "whole"] = "separate"
     expert_factor: float = 1.0  # routed-expert GEMMs against the roofline (tail term `expert kernels`)
     expert_layer_overhead: float = 0.0  # seconds per MoE layer a step (tail term `expert kernels`)
-    fp8_bytes_factor: float = 1.0  # FP8 GEMMs' weight reads against bf16's share of the roofline (`fp8 GEMMs`)
     fp8_flops_factor: float = 1.0  # FP8 GEMMs' FLOPs against bf16's share of the roofline (`fp8 GEMMs`)
-    fp8_gemm_overhead: float = 0.0  # seconds per FP8 GEMM a step beyond a bf16 one (tail term `fp8 GEMMs`)
+    read_bf16: float = 0.0  # dense GEMMs' bf16 weight reads, share of the HBM bandwidth (`weight reads`); 0: the MBU prior
+    gemm_fixed_bf16: float = 0.0  # seconds a dense bf16 GEMM a step (tail term `weight reads`)
+    read_fp8: float = 0.0  # the same for FP8 weights
+    gemm_fixed_fp8: float = 0.0
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 

@@ -84,8 +84,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "ingest (a closed loop's first step carries its first request alone); loop turnaround (a loop's next "
              "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
-             f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}latencies at 80 % of "
-             "saturation or more take the near-saturation band"]
+             f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}"
+             f"{weight_reads_note(roof)}latencies at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
@@ -193,10 +193,22 @@ def fp8_note(roof: RooflineModel) -> str:
     e = roof.engine
     if not roof.fp8_gemms:
         return ""
-    gemms = (f"fp8 GEMMs (weight reads x{e.fp8_bytes_factor:.2f}, FLOPs x{e.fp8_flops_factor:.2f} their roofline "
-             f"and {e.fp8_gemm_overhead * 1e6:.1f} µs a GEMM, {roof.model.dense_gemms} a step: {e.name}'s FP8 GEMMs "
-             "against its bf16 ones in AIConfigurator's H100 kernel database)"
-             if (e.fp8_bytes_factor, e.fp8_flops_factor, e.fp8_gemm_overhead) != (1.0, 1.0, 0.0) else
+    gemms = (f"fp8 GEMMs (FLOPs x{e.fp8_flops_factor:.2f} their roofline: {e.name}'s FP8 GEMMs against its bf16 ones "
+             "in AIConfigurator's H100 kernel database)" if e.fp8_flops_factor != 1.0 else
              f"fp8 GEMMs not charged ({e.name}'s FP8 speed is its tuned prior)")
     dtype = "FP8" if roof.attention_peak == roof.peak_flops else "bf16"
     return f"{gemms}; attention at the {dtype} peak (the KV cache's dtype); "
+
+
+def weight_reads_note(roof: RooflineModel) -> str:
+    """Tail term `weight reads` as it applies to this engine, checkpoint and device ("" off the GPUs it was timed on)."""
+    e, reads = roof.engine, roof.weight_reads
+    if not roof.timed_gpu:
+        return ""
+    if not reads:
+        return (f"weight reads at the MBU prior ({e.name}'s {roof.weight_dtype} GEMMs: its tuned prior or not "
+                "timed); ")
+    share, fixed = reads
+    return (f"weight reads ({roof.weight_dtype} weights of the dense GEMMs at {share:.0%} of the bandwidth and "
+            f"{fixed * 1e6:.1f} µs a GEMM, {roof.model.dense_gemms} a step: {e.name}'s GEMMs of decode shape in "
+            "AIConfigurator's H100 kernel database); ")

@@ -103,9 +103,26 @@ class RooflineModel:
         return self.peak_flops if self.kv_dtype == "fp8" else self.gpu.bf16_flops * self.tp
 
     @cached_property
+    def timed_gpu(self) -> bool:
+        """A GPU of the family whose GEMMs the kernel database timed (NVIDIA Hopper), replaying CUDA graphs as they
+        were timed: where tail terms `fp8 GEMMs` and `weight reads` apply."""
+        return self.gpu.cuda_graphs and self.gpu.family == "hopper"
+
+    @cached_property
     def fp8_gemms(self) -> bool:
         """Whether tail term `fp8 GEMMs` applies: an FP8 checkpoint on the GPU family its kernels were timed on."""
-        return self.weight_dtype == "fp8" and self.gpu.cuda_graphs and self.gpu.family == "hopper"
+        return self.weight_dtype == "fp8" and self.timed_gpu
+
+    @cached_property
+    def weight_reads(self) -> tuple[float, float] | None:
+        """Tail term `weight reads`: (share of the HBM bandwidth, seconds a GEMM) of the engine's dense GEMMs for
+        this checkpoint's dtype on the GPU family they were timed on; None where the term does not apply."""
+        if not self.timed_gpu:
+            return None
+        e = self.engine
+        share, fixed = {"bf16": (e.read_bf16, e.gemm_fixed_bf16), "fp16": (e.read_bf16, e.gemm_fixed_bf16),
+                        "fp8": (e.read_fp8, e.gemm_fixed_fp8)}.get(self.weight_dtype, (0.0, 0.0))
+        return (share, fixed) if share else None
 
     @cached_property
     def graph_sizes(self) -> tuple[int, ...]:
@@ -169,17 +186,20 @@ class RooflineModel:
             touched += (e.expert_factor - 1) * read
             linear_flops += (e.expert_factor - 1) * flops
             routed_bytes, routed_flops = e.expert_factor * read, e.expert_factor * flops
-        if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs at the engine's measured factors
-            touched += (e.fp8_bytes_factor - 1) * (touched - routed_bytes)
+        if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs' FLOPs at the engine's factor
             linear_flops += (e.fp8_flops_factor - 1) * (linear_flops - routed_flops)
+        weights, reads = touched / byte_rate, self.weight_reads
+        if reads:  # tail term `weight reads`: the dense GEMMs stream their weights at the engine's measured share
+            dense = touched - routed_bytes
+            weights += dense / (reads[0] * self.gpu.bandwidth * self.tp) - dense / byte_rate
         # per-operator roofline: the GEMMs (weights) and attention (the KV cache) are separate kernels, each
         # bound by its own compute and memory, meeting at a knee, run one after the other
-        linear = knee(touched / byte_rate, linear_flops / flop_rate, self.knee_p)
+        linear = knee(weights, linear_flops / flop_rate, self.knee_p)
         attention = knee(kv_bytes / byte_rate, attn_flops / (flop_rate * self.attention_peak / self.peak_flops),
                          self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = (e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
                     + (e.expert_layer_overhead * m.moe_layers if gpu_kernels else 0.0)
-                    + (e.fp8_gemm_overhead * m.dense_gemms if self.fp8_gemms else 0.0))
+                    + (reads[1] * m.dense_gemms if reads else 0.0))
         engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`
