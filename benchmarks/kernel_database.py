@@ -47,7 +47,6 @@ STREAMED_BYTES = 64e6
 DECODE_ROWS = 16  # `weight reads`: GEMMs of up to this many rows spend a few per cent of their time on FLOPs
 
 
-
 def non_gated(m: pd.DataFrame) -> pd.Series:
     """Nemotron-3's MoE shapes: a non-gated FFN (up and down, ReLU²: two matrices, not three), which every
     engine's table holds under its gated kernels' names; the planner's MoE models are all gated. They are the

@@ -77,7 +77,7 @@ class EngineProfile:
     expert_factor: float = 1.0  # routed-expert GEMMs against the roofline (tail term `expert kernels`)
     expert_layer_overhead: float = 0.0  # seconds per MoE layer a step (tail term `expert kernels`)
     fp8_flops_factor: float = 1.0  # FP8 GEMMs' FLOPs against bf16's share of the roofline (`fp8 GEMMs`)
-    read_bf16: float = 0.0  # dense GEMMs' bf16 weight reads, share of the HBM bandwidth (`weight reads`); 0: the MBU prior
+    read_bf16: float = 0.0  # bf16 weight reads' share of the HBM bandwidth (`weight reads`); 0: the MBU prior
     gemm_fixed_bf16: float = 0.0  # seconds a dense bf16 GEMM a step (tail term `weight reads`)
     read_fp8: float = 0.0  # the same for FP8 weights
     gemm_fixed_fp8: float = 0.0
