@@ -75,19 +75,24 @@ def bounds_fit(bytes_time: np.ndarray, flops_time: np.ndarray, latency: np.ndarr
     return relative_fit(latency, bytes_time, flops_time)
 
 
+def weights(gemms: pd.DataFrame) -> pd.Series:
+    """Each GEMM's weight bytes (n·k in its dtype)."""
+    return gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES)
+
+
 def by_bound(gemms: pd.DataFrame, roofline) -> tuple[float, float, float, float]:
     """`bounds_fit` of GEMMs on their roofline's two bounds, the weights' read and the FLOPs."""
-    weights, flops = gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES), 2 * gemms.m * gemms.n * gemms.k
-    return bounds_fit(roofline(weights, 0 * flops, gemms.gemm_dtype), roofline(0 * weights, flops, gemms.gemm_dtype),
+    read, flops = weights(gemms), 2 * gemms.m * gemms.n * gemms.k
+    return bounds_fit(roofline(read, 0 * flops, gemms.gemm_dtype), roofline(0 * read, flops, gemms.gemm_dtype),
                       gemms.latency.to_numpy())
 
 
 def weight_reads(gemms: pd.DataFrame, bandwidth: float) -> tuple[float, float, float]:
     """`weight reads`: decode-shaped GEMMs that stream their weights from HBM fitted as latency = bytes / (f x
     bandwidth) + c; (f, c in seconds, median |relative error|)."""
-    g = gemms[(gemms.m <= DECODE_ROWS) & (gemms.n * gemms.k * gemms.gemm_dtype.map(BYTES) >= STREAMED_BYTES)]
-    weights = (g.n * g.k * g.gemm_dtype.map(BYTES)).to_numpy()
-    a, c, err = relative_fit(g.latency.to_numpy() * 1e-3, weights / bandwidth)
+    read = weights(gemms)
+    keep = (gemms.m <= DECODE_ROWS) & (read >= STREAMED_BYTES)
+    a, c, err = relative_fit(gemms.latency[keep].to_numpy() * 1e-3, read[keep].to_numpy() / bandwidth)
     return 1 / a, c, err
 
 
@@ -119,10 +124,10 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
             continue
         d = pd.read_parquet(gemm_file)
         d = d[d.gemm_dtype.isin(list(BYTES)) & (d.m <= 16384) & (d.n >= 512) & (d.k >= 512)]
-        dense_roof = roofline(d.n * d.k * d.gemm_dtype.map(BYTES), 2 * d.m * d.n * d.k, d.gemm_dtype)
+        dense_roof = roofline(weights(d), 2 * d.m * d.n * d.k, d.gemm_dtype)
         ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
         click.echo(f"{engine} {version}: dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%})")
-        streamed = d[d.n * d.k * d.gemm_dtype.map(BYTES) >= STREAMED_BYTES]
+        streamed = d[weights(d) >= STREAMED_BYTES]
         (bb, fb, cb, _), (b8, f8, c8, err8) = (by_bound(streamed[streamed.gemm_dtype == t], roofline)
                                                for t in ("bfloat16", "fp8"))
         click.echo(f"  fp8 GEMMs: {(streamed.gemm_dtype == 'fp8').sum():,} a_bytes {b8:.3f} a_flops {f8:.3f} c "

@@ -174,8 +174,8 @@ class RooflineModel:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
         attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
         kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
-        routed_read = m.routed_read(tokens)  # 0 for a dense model
-        touched = self.weight_bytes * ((m.unrouted_params + routed_read) / m.params) if m.experts > 1 else self.weight_bytes
+        routed_read = m.routed_read(tokens)  # 0 for a dense model, whose unrouted parameters are all of them
+        touched = self.weight_bytes * ((m.unrouted_params + routed_read) / m.params)
         eff, e = self.efficiency, self.engine
         gpu_kernels = self.gpu.cuda_graphs  # the kernel database's terms are a GPU's, not a `--gpu-spec` CPU's
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
