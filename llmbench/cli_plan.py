@@ -45,6 +45,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
                    "(they change with the version and the GPU).")
 @click.option("--num-scheduler-steps", type=click.IntRange(1),
               help="vLLM 0.6 multi-step scheduling: new requests join every N steps.")
+@click.option("--long-prefill-token-threshold", type=click.IntRange(0),
+              help="vLLM's cap on the prompt tokens one request computes a step, beside the others (0: none; "
+                   "from vLLM 0.31 a request alone is not capped).")
 @click.option("--api-server-count", type=click.IntRange(1),
               help="vLLM's front-end processes (vllm serve --api-server-count): they share the per-token drain.")
 @click.option("--max-num-seqs", type=click.IntRange(1))
@@ -101,7 +104,10 @@ def plan_command(ctx: click.Context, **o) -> None:
     results = _readable(Path(o["results"])) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
-                               "max_model_len", "api_server_count") if o[k] is not None}
+                               "max_model_len", "api_server_count", "long_prefill_token_threshold")
+             if o[k] is not None}
+    if o["long_prefill_token_threshold"] and o["engine"].partition("@")[0] != "vllm":
+        raise click.UsageError(f"--long-prefill-token-threshold is a vLLM flag; engine {o['engine']!r} has none")
     if o["num_scheduler_steps"] is not None:
         knobs["scheduler_steps"] = o["num_scheduler_steps"]
     if o["chunked_prefill"] is not None:

@@ -52,6 +52,22 @@ def test_mlperf_rows_are_tuning_and_the_held_out_half_has_enough_tails():
     assert set(HELD_OUT) <= set(SOURCES) and {c.row for c in every} <= set(SOURCES)
 
 
+def test_a_runs_own_flags_reach_its_case():
+    """A run phrased with its submission's own flags (RedHat's vLLM 0.10, V1) keeps chunked prefill beside them,
+    and its checkpoint's and KV cache's dtypes; a ROCm row's (batch, tokens, steps) is the V0 scheduler's,
+    without chunked prefill."""
+    cases = mlperf.cases()
+    server, offline = (next(c for c in cases if f"{scenario} (RedHat XE8640" in c.what)
+                       for scenario in ("Server", "Offline"))
+    engine = engines.profile(server.engine, gpus.gpu(server.gpu)).with_knobs(**server.knobs)
+    assert engine.chunked_prefill and engine.long_prefill_token_threshold == 256
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens, engine.gpu_memory_utilization) == (512, 1024, 0.91)
+    assert (server.weight_dtype, server.kv_dtype, server.streamed) == ("fp8", "bf16", True)
+    assert (offline.weight_dtype, offline.kv_dtype, offline.streamed) == ("fp8", "fp8", False)
+    rocm = next(c for c in cases if "Server (AMD 8xMI300X_2xEPYC_9575F" in c.what)
+    assert rocm.knobs["chunked_prefill"] is False and rocm.knobs["scheduler_steps"] == 9
+
+
 def test_mlperf_lengths_match_each_run():
     """The dataset's prompts; outputs scaled to the run's own tokens per sample (Llama-3.1-8B's all at 128)."""
     row = next(r for r in mlperf.ROWS if r.round == "v4.1")

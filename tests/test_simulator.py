@@ -21,7 +21,8 @@ def test_simulator_preempts_when_kv_is_short():
 
 @pytest.mark.parametrize("shape", [EngineShape(256, 2048, 10**7, 16), EngineShape(64, 4096, 30000, 16),
                                    EngineShape(128, 8192, 200000, 16, chunked_prefill=False),
-                                   EngineShape(512, 8192, 100000, 16, reserve_output=True)])
+                                   EngineShape(512, 8192, 100000, 16, reserve_output=True),
+                                   EngineShape(256, 2048, 10**7, 16, long_prefill_cap=128)])
 @pytest.mark.parametrize("concurrency", [None, 16])
 def test_fast_forward_gives_the_step_by_step_answer(shape, concurrency, monkeypatch):
     """Decode-only stretches run in one go; every latency, ITL and the duration come out as when stepped."""
@@ -97,6 +98,35 @@ def test_without_context_chunking_a_prompt_joins_a_step_only_whole():
     np.testing.assert_allclose(alone.ttft, [5.0])  # longer than the budget: it still runs, in chunks
 
 
+class _StepClock(_PrefillClock):
+    """1 ms per prefill token and 10 ms per step, whatever it carries."""
+
+    def step_time(self, prefill_tokens, decode_seqs, context_tokens, cached_context=0.0, prefill_seqs=0.0,
+                  prefill_pairs=None):
+        return prefill_tokens * 1e-3 + 0.01
+
+
+def test_a_long_prompt_takes_at_most_the_threshold_a_step():
+    """vLLM's --long-prefill-token-threshold (V1's scheduler): a request computes at most that many tokens a step,
+    waiting or running, so a short prompt behind a long one is prefilled in the first step, not after it; vLLM 0.10
+    caps a request alone too (12 steps for 3,000 tokens at 256), 0.31 on does not (one step)."""
+    from llmbench.plan import engines
+
+    prompts, outputs = np.array([3000, 100]), np.array([1, 2])
+    for fast in (True, False):
+        capped = simulate(np.zeros(2), prompts, outputs, _StepClock(),
+                          EngineShape(64, 4096, 10**6, 16, long_prefill_cap=256), fast_forward=fast)
+        np.testing.assert_allclose(capped.ttft, [3.1 + 12 * 0.01, 0.356 + 0.01])  # B first, A over 12 steps
+    uncapped = simulate(np.zeros(2), prompts, outputs, _StepClock(), EngineShape(64, 4096, 10**6, 16))
+    np.testing.assert_allclose(uncapped.ttft, [3.11, 3.11])
+    old, new = (engines.profile(v, H100).with_knobs(long_prefill_token_threshold=256).shape(10**6)
+                for v in ("vllm@0.10", "vllm@0.31"))
+    assert old.long_prefill_cap == new.long_prefill_cap == 256 and old.cap_lone_prefill and not new.cap_lone_prefill
+    alone = [simulate(np.zeros(1), np.array([3000]), np.ones(1, dtype=int), _StepClock(), shape).ttft[0]
+             - shape.client_overhead for shape in (old, new)]
+    np.testing.assert_allclose(alone, [3.0 + 12 * 0.01, 3.0 + 0.01])
+
+
 def test_a_prompt_attends_only_to_itself_in_a_shared_prefill_step():
     """Causal attention pairs are summed prompt by prompt (each n·(cached + n/2)): three prompts in one step are
     not one prompt of their total length, and a chunk attends over its own earlier chunks."""
@@ -138,5 +168,7 @@ def test_a_step_of_many_streams_waits_for_the_front_end_to_drain_its_tokens():
 def test_rows_measured_without_http_streaming_carry_no_token_drain():
     from llmbench.plan import held_out, mlperf, published
 
-    assert not any(c.streamed for c in held_out.CASES + mlperf.cases())
+    assert not any(c.streamed for c in held_out.CASES)
+    streamed = {c.what for c in mlperf.cases() if c.streamed}  # only RedHat's Server harness streams over HTTP
+    assert len(streamed) == 2 and all("Server (RedHat" in what for what in streamed)
     assert {c.row for c in published.CASES if not c.streamed} == {"B"}

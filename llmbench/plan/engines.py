@@ -64,6 +64,8 @@ class EngineProfile:
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     scheduler_steps: int = 1  # vLLM 0.6 multi-step scheduling: new requests join every k steps
+    long_prefill_token_threshold: int = 0  # vLLM's cap on one request's tokens a step (0: none)
+    lone_prefill_uncapped: bool = False  # vLLM 0.31 on: the cap spares a request alone in the scheduler
     reserve_output: bool = False  # admit a request only with KV for its whole output (no preemption)
     prefix_caching: bool = True
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
@@ -90,7 +92,8 @@ class EngineProfile:
         return EngineShape(self.max_num_seqs, self.max_num_batched_tokens, kv_tokens, self.block_size,
                            prefix_hit_rate if self.prefix_caching else 0.0, self.request_overhead,
                            self.chunked_prefill or whole, self.scheduler_steps, self.reserve_output,
-                           whole_prompts=whole)
+                           whole_prompts=whole, long_prefill_cap=self.long_prefill_token_threshold,
+                           cap_lone_prefill=not self.lone_prefill_uncapped)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -120,6 +123,7 @@ PROFILES = {
 
 LATEST_VLLM = (0, 32)
 V1 = (0, 8)  # vLLM's V1 engine, with defaults that depend on the GPU, from 0.8 on
+LONE_PREFILL = (0, 31)  # --long-prefill-token-threshold spares a lone request (vllm-project/vllm#57951)
 # V1's fixed costs: TensorRT-LLM's (its decode steps replay CUDA graphs and its engine core runs apart from the API
 # server), not BLIS's fit. Chosen on the tuning half once source I (inference-sim's vLLM 0.14 on an H100) joined
 # it, among {BLIS's, these} x {MBU as TensorRT-LLM's x1.1, or not}: objective 4.34 with BLIS's, 4.26 with these,
@@ -163,5 +167,5 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     on = f" on {gpu.name}" if gpu is not None else ""
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
-            **V1_COSTS,
+            "lone_prefill_uncapped": version >= LONE_PREFILL, **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

@@ -22,7 +22,7 @@ than the dataset's references). Left out: FP4 systems (B200, GB200: the planner 
 Row fields: round, benchmark, submitter, system, GPU, GPUs, TP, engine, weight/KV dtype, output tokens per
 sample, Offline tok/s, Offline engine settings, Server (target_qps, P99 TTFT, P99 TPOT, mean TTFT, mean TPOT,
 ms), Server settings, Interactive figures, Interactive settings. Settings: (max batch, max tokens per step[,
-vLLM scheduler steps]).
+vLLM scheduler steps]), or a run's own flags as its submission gives them (REDHAT).
 """
 
 from __future__ import annotations
@@ -64,16 +64,32 @@ class Row:
     dtype: str
     tokens_per_sample: float
     offline_tok_s: float | None
-    offline: tuple | None
+    offline: tuple | dict | None
     server: tuple | None
-    server_cfg: tuple | None
+    server_cfg: tuple | dict | None
     interactive: tuple | None
-    interactive_cfg: tuple | None
+    interactive_cfg: tuple | dict | None
 
     @property
     def replicas(self) -> int:
         return self.gpus // self.tp
 
+
+# RedHat's vLLM 0.10 runs (V1: chunked prefill) with the flags its README and scripts give for the submission
+# (closed/RedHat/code/llama3.1-8b: README.md, run_offline_submission.sh, run_server_submission.sh) and its FP8
+# checkpoint (measurements/*/llama3.1-8b/*/*.json: weight_data_types fp8; documentation/calibration.md: per-tensor
+# FP8 weights and activations). The Offline harness drives vLLM's LLM class; the Server harness streams
+# /v1/completions from `vllm serve` (SUT_VLLM_SingleReplica_Server.py, stream=True), so its tokens pass the API
+# server's drain. Left out: --cuda-graph-sizes (vLLM 0.10 captures every 8 tokens up to it: 8 rows of padding at
+# most), --max-model-len, the Server harness's --coalesce.
+REDHAT = {
+    "H100 Offline": {"max_num_seqs": 1024, "max_num_batched_tokens": 4096, "kv_dtype": "fp8"},
+    "H100 Server": {"max_num_seqs": 512, "max_num_batched_tokens": 1024, "long_prefill_token_threshold": 256,
+                    "gpu_memory_utilization": 0.91, "kv_dtype": "bf16", "streamed": True},
+    "L40S Offline": {"max_num_seqs": 512, "max_num_batched_tokens": 16384, "long_prefill_token_threshold": 256,
+                     "gpu_memory_utilization": 0.95, "kv_dtype": "fp8"},
+    "L40S Server": {"gpu_memory_utilization": 0.96, "kv_dtype": "fp8", "streamed": True},
+}
 
 ROWS = [
     Row('v4.1', 'llama2-70b', 'NVIDIA', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.3, 24524.9, (896, 4096), (75.0, 461.3, 175.4, 275.9, 155.0), (1024, 4096), None, None),
@@ -120,8 +136,8 @@ ROWS = [
     Row('v5.1', 'llama3.1-8b', 'HPE', 'HPE_Cray_XD670_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 128.0, 66036.8, (2048, 12000), (505.0, 371.1, 90.4, 177.7, 74.6), (2048, 12000), (415.0, 89.6, 29.0, 42.7, 24.0), (2048, 12000)),
     Row('v5.1', 'llama3.1-8b', 'Quanta_Cloud_Technology', 'D74U-7U_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 128.0, 56917.3, (2048, 1536), (450.0, 362.7, 26.3, 111.4, 24.2), (2048, 1536), (420.0, 170.5, 26.2, 63.3, 22.7), (2048, 1536)),
     Row('v5.1', 'llama3.1-8b', 'Quanta_Cloud_Technology', 'D75E-4U_H200-NVL-141GBx4_TRT', 'H200-NVL', 4, 1, 'trtllm', 'fp8', 128.0, 25180.8, (2048, 1536), (200.0, 1223.2, 30.2, 321.1, 28.7), (2048, 1536), (170.0, 146.4, 27.7, 53.5, 21.6), (2048, 1536)),
-    Row('v5.1', 'llama3.1-8b', 'RedHat', 'IBM_Cloud_gx3-48x240x2l40s_vLLM', 'L40S', 1, 1, 'vllm@0.10', 'bf16', 128.0, 1642.2, None, (9.3, 407.2, 97.1, 123.7, 48.3), None, None, None),
-    Row('v5.1', 'llama3.1-8b', 'RedHat', 'XE8640_4xH100_vLLM', 'H100-SXM', 1, 1, 'vllm@0.10', 'bf16', 128.0, 5777.1, None, (39.5, 1911.2, 25.1, 359.3, 23.1), None, None, None),
+    Row('v5.1', 'llama3.1-8b', 'RedHat', 'IBM_Cloud_gx3-48x240x2l40s_vLLM', 'L40S', 1, 1, 'vllm@0.10', 'fp8', 128.0, 1642.2, REDHAT['L40S Offline'], (9.3, 407.2, 97.1, 123.7, 48.3), REDHAT['L40S Server'], None, None),
+    Row('v5.1', 'llama3.1-8b', 'RedHat', 'XE8640_4xH100_vLLM', 'H100-SXM', 1, 1, 'vllm@0.10', 'fp8', 128.0, 5777.1, REDHAT['H100 Offline'], (39.5, 1911.2, 25.1, 359.3, 23.1), REDHAT['H100 Server'], None, None),
     # Mixtral-8x7B (v4.1): settings from each submitter's configs/mixtral-8x7b (NVIDIA's harness, TP 1)
     Row('v4.1', 'mixtral-8x7b', 'Dell', 'XE8640_H100_SXM_80GBx4_TRT', 'H100-SXM', 4, 1, 'trtllm', 'fp8', 145.9, 26824.4, (896, 8192), (176.0, 355.2, 116.5, 155.3, 96.0), (896, 16384), None, None),
     Row('v4.1', 'mixtral-8x7b', 'Fujitsu', 'GX2560M7_H100_SXM_80GBx4_TRT', 'H100-SXM', 4, 1, 'trtllm', 'fp8', 145.9, 26641.6, (1024, 8192), (174.0, 328.4, 109.4, 146.2, 90.5), (1024, 16384), None, None),
@@ -173,11 +189,14 @@ def workload(bench: str, tokens_per_sample: float) -> Workload:
                                                              "output tokens per sample")
 
 
-def settings(cfg: tuple | None, engine: str, round_: str) -> dict:
+def settings(cfg: tuple | dict | None, engine: str, round_: str) -> dict:
     """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
     chunked prefill (their configs say so); TensorRT-LLM chunks contexts in v5.1 (every H200 config sets
-    enable_chunked_context) and not in v4.1 (NVIDIA's harness, llm_core.cc, passes no chunking policy)."""
+    enable_chunked_context) and not in v4.1 (NVIDIA's harness, llm_core.cc, passes no chunking policy). A dict
+    is a run's flags as its submission states them, with the KV dtype and whether its tokens were streamed."""
     knobs: dict = {"chunked_prefill": round_ == LATER} if engine == "trtllm" else {}
+    if isinstance(cfg, dict):
+        return knobs | cfg
     if cfg is None:
         return knobs
     knobs |= {"max_num_seqs": cfg[0], "max_num_batched_tokens": cfg[1]}
@@ -204,10 +223,10 @@ def cases(rows: list[Row] | None = None) -> list:
                  "bench": r.bench.replace("llama2-70b", "llama2-70b-99")}
         model, dtype = MODELS[r.bench], r.dtype
         if r.offline_tok_s:
+            knobs, fields = _split(settings(r.offline, r.engine, r.round), dtype)
             out.append(Case(label, _what(r, "Offline"), model, r.gpu, r.tp, r.engine, "offline", 0,
-                            {"output_throughput": r.offline_tok_s}, dtype, dtype, requests=OFFLINE_REQUESTS,
-                            knobs=settings(r.offline, r.engine, r.round),
-                            source=SOURCE.format(**where, scenario="Offline"), **common))
+                            {"output_throughput": r.offline_tok_s}, dtype, requests=OFFLINE_REQUESTS, knobs=knobs,
+                            source=SOURCE.format(**where, scenario="Offline"), **common | fields))
         for scenario, figures, cfg in (("server", r.server, r.server_cfg),
                                        ("interactive", r.interactive, r.interactive_cfg)):
             if figures is None:
@@ -215,11 +234,19 @@ def cases(rows: list[Row] | None = None) -> list:
             rate, p99_ttft, p99_tpot, mean_ttft, mean_tpot = figures
             published = {"capacity": rate, "p99_ttft_ms": p99_ttft, "p99_tpot_ms": p99_tpot,
                          "mean_ttft_ms": mean_ttft, "mean_tpot_ms": mean_tpot}
+            knobs, fields = _split(settings(cfg, r.engine, r.round), dtype)
             out.append(Case(label, _what(r, scenario.title()), model, r.gpu, r.tp, r.engine, scenario, rate,
-                            published, dtype, dtype, requests=SERVER_REQUESTS,
-                            knobs=settings(cfg, r.engine, r.round),
-                            source=SOURCE.format(**where, scenario=scenario.title()), **common))
+                            published, dtype, requests=SERVER_REQUESTS, knobs=knobs,
+                            source=SOURCE.format(**where, scenario=scenario.title()), **common | fields))
     return out
+
+
+def _split(knobs: dict, dtype: str) -> tuple[dict, dict]:
+    """A run's engine flags apart from the Case fields among them (its KV dtype, by default the weights')."""
+    fields = {"kv_dtype": knobs.pop("kv_dtype", dtype)}
+    if "streamed" in knobs:
+        fields["streamed"] = knobs.pop("streamed")
+    return knobs, fields
 
 
 OFFLINE_REQUESTS, SERVER_REQUESTS = 6000, 2000

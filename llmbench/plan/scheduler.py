@@ -31,6 +31,8 @@ class EngineShape:
     reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
     burst_ingest: float = 0.001  # seconds for a closed loop's request to reach the engine after the one before it
     whole_prompts: bool = False  # TensorRT-LLM without chunked context: a prompt joins a step only whole
+    long_prefill_cap: int = 0  # vLLM's --long-prefill-token-threshold: one request's tokens a step (0: no cap)
+    cap_lone_prefill: bool = True  # False from vLLM 0.31: a request alone in the scheduler is not capped
 
 
 class Request:
@@ -92,12 +94,22 @@ class Scheduler:
             return r.computed
         return min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size, r.prompt - 1)
 
+    def _cap(self) -> int:
+        """The most tokens one request computes a step under vLLM's --long-prefill-token-threshold (V1's
+        scheduler, for running and waiting requests alike; 0: the budget's), so that a long prompt leaves room
+        for others; from vLLM 0.31 a request alone in the scheduler has no one to leave room for."""
+        shape = self.shape
+        if not shape.cap_lone_prefill and len(self.running) + len(self.waiting) <= 1:
+            return 0
+        return shape.long_prefill_cap
+
     def _admission(self, r: Request, budget: int) -> tuple[int, int, int]:
         """Admitting r into `budget`: (tokens it computes, blocks it needs now, blocks that must be free,
         which with reserve_output cover its whole output)."""
         bs = self.shape.block_size
-        computed = self._cached(r)
-        n = min(r.prompt + r.generated - computed, budget)
+        computed, cap = self._cached(r), self._cap()
+        todo = r.prompt + r.generated - computed
+        n = min(cap if 0 < cap < todo else todo, budget)
         need = math.ceil((computed + n) / bs) - r.blocks
         reserve = math.ceil((r.prompt + r.output) / bs) - r.blocks if self.shape.reserve_output else need
         return n, need, reserve
@@ -183,10 +195,11 @@ class Scheduler:
                 if batch:
                     return batch
         before = self.preemptions
-        i, bs = 0, self.shape.block_size
+        i, bs, cap = 0, self.shape.block_size, self._cap()
         while i < len(self.running) and budget > 0:  # preemption pops from the end, so index forward
             r = self.running[i]
-            n = min(r.prompt + r.generated - r.computed, budget)
+            todo = r.prompt + r.generated - r.computed
+            n = min(cap if 0 < cap < todo else todo, budget)
             if (-(-(r.computed + n) // bs) > r.blocks or r.reserved) and not self.grow(r, n):
                 return batch
             batch.append((r, n))
