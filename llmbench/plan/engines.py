@@ -49,6 +49,10 @@ KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_
                ("trtllm", 1.12, 26.9e-6, 1.0, 0.0, 0.0, 0.0, 0.0))}
 
 
+# vLLM's fixed costs up to 0.7 (V0), and wherever V0 runs later (VLLM_USE_V1=0): BLIS's fit
+V0_COSTS = {"step_overhead": 126e-6, "layer_overhead": 32e-6, "seq_overhead": 4e-6, "request_overhead": 15.6e-3}
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     name: str
@@ -101,7 +105,7 @@ class EngineProfile:
 
 
 PROFILES = {
-    "vllm": EngineProfile("vllm", 256, 8192, True, 126e-6, 32e-6, 4e-6, 15.6e-3, "profile", 0.13 * GiB,
+    "vllm": EngineProfile("vllm", 256, 8192, True, **V0_COSTS, kv_accounting="profile", other_memory=0.13 * GiB,
                           graphs="vllm", **KERNELS["vllm"]),
     "sglang": EngineProfile("sglang", 1024, 8192, False, 60e-6, 12e-6, 2e-6, 3e-3, "static", 0.5 * GiB,
                             gpu_memory_utilization=0.88, graphs="sglang", **KERNELS["sglang"]),

@@ -22,7 +22,8 @@ than the dataset's references). Left out: FP4 systems (B200, GB200: the planner 
 Row fields: round, benchmark, submitter, system, GPU, GPUs, TP, engine, weight/KV dtype, output tokens per
 sample, Offline tok/s, Offline engine settings, Server (target_qps, P99 TTFT, P99 TPOT, mean TTFT, mean TPOT,
 ms), Server settings, Interactive figures, Interactive settings. Settings: (max batch, max tokens per step[,
-vLLM scheduler steps]), or a run's own flags as its submission gives them (REDHAT).
+vLLM scheduler steps]), or a run's own flags as its submission gives them (REDHAT); v5.1's vLLM runs on AMD GPUs
+add the engine facts of AMD's harness (rocm_engines).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.plan.case import Case
+from llmbench.plan.mlperf_settings import REDHAT, rocm_engines, settings, split
 from llmbench.plan.workload import Workload
 
 DATA = Path(__file__).parent / "data"
@@ -75,22 +77,6 @@ class Row:
         return self.gpus // self.tp
 
 
-# RedHat's vLLM 0.10 runs (V1: chunked prefill) with the flags its README and scripts give for the submission
-# (closed/RedHat/code/llama3.1-8b: README.md, run_offline_submission.sh, run_server_submission.sh) and its FP8
-# checkpoint (measurements/*/llama3.1-8b/*/*.json: weight_data_types fp8; documentation/calibration.md: per-tensor
-# FP8 weights and activations). The Offline harness drives vLLM's LLM class; the Server harness streams
-# /v1/completions from `vllm serve` (SUT_VLLM_SingleReplica_Server.py, stream=True), so its tokens pass the API
-# server's drain. Left out: --cuda-graph-sizes (vLLM 0.10 captures every 8 tokens up to it: 8 rows of padding at
-# most), --max-model-len, the Server harness's --coalesce.
-REDHAT = {
-    "H100 Offline": {"max_num_seqs": 1024, "max_num_batched_tokens": 4096, "kv_dtype": "fp8"},
-    "H100 Server": {"max_num_seqs": 512, "max_num_batched_tokens": 1024, "long_prefill_token_threshold": 256,
-                    "gpu_memory_utilization": 0.91, "kv_dtype": "bf16", "streamed": True},
-    "L40S Offline": {"max_num_seqs": 512, "max_num_batched_tokens": 16384, "long_prefill_token_threshold": 256,
-                     "gpu_memory_utilization": 0.95, "kv_dtype": "fp8"},
-    "L40S Server": {"gpu_memory_utilization": 0.96, "kv_dtype": "fp8", "streamed": True},
-}
-
 ROWS = [
     Row('v4.1', 'llama2-70b', 'NVIDIA', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.3, 24524.9, (896, 4096), (75.0, 461.3, 175.4, 275.9, 155.0), (1024, 4096), None, None),
     Row('v4.1', 'llama2-70b', 'NVIDIA', 'H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.3, 31302.7, (806, 4096), (101.0, 452.7, 146.0, 198.3, 123.3), (896, 4096), None, None),
@@ -128,10 +114,10 @@ ROWS = [
     Row('v5.1', 'llama2-70b', 'AMD', '8xMI325X_2xEPYC_9575F_1', 'MI325X', 8, 1, 'vllm@0.9', 'fp8', 301.0, 34520.4, (2700, 65536, 7), (109.0, 1755.3, 198.3, 883.9, 148.7), (1024, 40960, 9), None, (3840, 43008, 1)),
     Row('v5.1', 'llama2-70b', 'AMD', '8xMI325X_2xEPYC_9575F_2', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 300.9, 34555.0, (2700, 65536, 7), None, (1024, 40960, 9), (61.5, 334.0, 39.8, 117.9, 35.3), (3840, 43008, 1)),
     Row('v5.1', 'llama2-70b', 'ASUSTeK', 'ESC_A8A_MI325X_256GBx8', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.1, 33987.4, (2700, 65536, 7), (107.0, 1752.9, 194.3, 872.6, 146.4), (1024, 40960, 9), (52.0, 303.7, 39.4, 111.1, 35.0), (3840, 43008, 1)),
-    Row('v5.1', 'llama2-70b', 'GigaComputing', '8xMI325X_2xEPYC_9575F', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.0, 34483.2, (2700, 65536, 7), (109.5, 1742.1, 193.7, 857.9, 144.6), (1024, 40960, 9), (63.0, 341.7, 39.6, 117.7, 34.9), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'GigaComputing', '8xMI325X_2xEPYC_9575F', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.0, 34483.2, (2700, 65000, 11), (109.5, 1742.1, 193.7, 857.9, 144.6), (1024, 40960, 9), (63.0, 341.7, 39.6, 117.7, 34.9), (3840, 43008, 1)),
     Row('v5.1', 'llama2-70b', 'MiTAC', '8xMI325X_2xEPYC_9755', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 300.9, 33703.0, (2700, 65536, 7), (108.0, 1733.8, 194.8, 868.4, 148.8), (1024, 40960, 9), (63.0, 343.9, 39.0, 118.5, 34.3), (3840, 43008, 1)),
     Row('v5.1', 'llama2-70b', 'Quanta_Cloud_Technology', 'D75T-7U_8xMI325X', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 300.9, 32760.5, (2700, 65536, 7), (108.0, 1722.7, 191.7, 864.3, 144.5), (1024, 40960, 9), (59.0, 321.3, 39.6, 115.6, 35.1), (3840, 43008, 1)),
-    Row('v5.1', 'llama2-70b', 'Vultr', '8xMI325X_2xEPYC_9554', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.1, 33762.5, (2700, 65536, 7), (103.0, 1678.8, 135.7, 932.7, 113.3), (1024, 40960, 9), (59.0, 323.2, 38.9, 112.9, 34.6), (3840, 43008, 1)),
+    Row('v5.1', 'llama2-70b', 'Vultr', '8xMI325X_2xEPYC_9554', 'MI325X', 8, 1, 'vllm@0.6', 'fp8', 301.1, 33762.5, (2700, 65000, 11), (103.0, 1678.8, 135.7, 932.7, 113.3), (1024, 40960, 9), (59.0, 323.2, 38.9, 112.9, 34.6), (3840, 43008, 1)),
     Row('v5.1', 'llama3.1-8b', 'Cisco', 'C845A_H200_NVLx8_TRT', 'H200-NVL', 8, 1, 'trtllm', 'fp8', 128.0, 50776.8, (2048, 1536), (300.0, 129.5, 16.5, 49.5, 13.4), (2048, 1536), None, None),
     Row('v5.1', 'llama3.1-8b', 'HPE', 'HPE_Cray_XD670_H200_SXM_141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 128.0, 66036.8, (2048, 12000), (505.0, 371.1, 90.4, 177.7, 74.6), (2048, 12000), (415.0, 89.6, 29.0, 42.7, 24.0), (2048, 12000)),
     Row('v5.1', 'llama3.1-8b', 'Quanta_Cloud_Technology', 'D74U-7U_H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 128.0, 56917.3, (2048, 1536), (450.0, 362.7, 26.3, 111.4, 24.2), (2048, 1536), (420.0, 170.5, 26.2, 63.3, 22.7), (2048, 1536)),
@@ -189,24 +175,6 @@ def workload(bench: str, tokens_per_sample: float) -> Workload:
                                                              "output tokens per sample")
 
 
-def settings(cfg: tuple | dict | None, engine: str, round_: str) -> dict:
-    """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
-    chunked prefill (their configs say so); TensorRT-LLM chunks contexts in v5.1 (every H200 config sets
-    enable_chunked_context) and not in v4.1 (NVIDIA's harness, llm_core.cc, passes no chunking policy). A dict
-    is a run's flags as its submission states them, with the KV dtype and whether its tokens were streamed."""
-    knobs: dict = {"chunked_prefill": round_ == LATER} if engine == "trtllm" else {}
-    if isinstance(cfg, dict):
-        return knobs | cfg
-    if cfg is None:
-        return knobs
-    knobs |= {"max_num_seqs": cfg[0], "max_num_batched_tokens": cfg[1]}
-    if engine.startswith("vllm"):
-        knobs["chunked_prefill"] = False
-        if len(cfg) > 2:
-            knobs["scheduler_steps"] = cfg[2]
-    return knobs
-
-
 def _what(row: Row, scenario: str) -> str:
     return (f"M: {MODELS[row.bench]} {row.dtype.upper()}, {row.gpus}x{row.gpu} as {row.replicas} x TP{row.tp}, "
             f"{row.engine}, MLPerf {row.round} {scenario} ({row.submitter} {row.system})")
@@ -222,8 +190,10 @@ def cases(rows: list[Row] | None = None) -> list:
         where = {"round": r.round, "submitter": r.submitter, "system": r.system,
                  "bench": r.bench.replace("llama2-70b", "llama2-70b-99")}
         model, dtype = MODELS[r.bench], r.dtype
+        rocm = rocm_engines() if r.round == LATER else {}
         if r.offline_tok_s:
-            knobs, fields = _split(settings(r.offline, r.engine, r.round), dtype)
+            knobs, fields = split(settings(r.offline, r.engine, r.round,
+                                            rocm.get((r.bench, r.submitter, r.system, "offline"))), dtype)
             out.append(Case(label, _what(r, "Offline"), model, r.gpu, r.tp, r.engine, "offline", 0,
                             {"output_throughput": r.offline_tok_s}, dtype, requests=OFFLINE_REQUESTS, knobs=knobs,
                             source=SOURCE.format(**where, scenario="Offline"), **common | fields))
@@ -234,19 +204,12 @@ def cases(rows: list[Row] | None = None) -> list:
             rate, p99_ttft, p99_tpot, mean_ttft, mean_tpot = figures
             published = {"capacity": rate, "p99_ttft_ms": p99_ttft, "p99_tpot_ms": p99_tpot,
                          "mean_ttft_ms": mean_ttft, "mean_tpot_ms": mean_tpot}
-            knobs, fields = _split(settings(cfg, r.engine, r.round), dtype)
+            knobs, fields = split(settings(cfg, r.engine, r.round, rocm.get((r.bench, r.submitter, r.system,
+                                                                               scenario))), dtype)
             out.append(Case(label, _what(r, scenario.title()), model, r.gpu, r.tp, r.engine, scenario, rate,
                             published, dtype, requests=SERVER_REQUESTS, knobs=knobs,
                             source=SOURCE.format(**where, scenario=scenario.title()), **common | fields))
     return out
-
-
-def _split(knobs: dict, dtype: str) -> tuple[dict, dict]:
-    """A run's engine flags apart from the Case fields among them (its KV dtype, by default the weights')."""
-    fields = {"kv_dtype": knobs.pop("kv_dtype", dtype)}
-    if "streamed" in knobs:
-        fields["streamed"] = knobs.pop("streamed")
-    return knobs, fields
 
 
 OFFLINE_REQUESTS, SERVER_REQUESTS = 6000, 2000
