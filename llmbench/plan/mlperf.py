@@ -31,15 +31,13 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, replace
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 
 from llmbench.plan.case import Case
-from llmbench.plan.mlperf_settings import REDHAT, rocm_engines, settings, split
+from llmbench.plan.mlperf_settings import DATA, REDHAT, rocm_engines, settings, split
 from llmbench.plan.workload import Workload
 
-DATA = Path(__file__).parent / "data"
 DATASETS = {"llama2-70b": "mlperf_openorca_lengths.csv.gz", "llama3.1-8b": "mlperf_cnn_dailymail_lengths.csv.gz",
             "mixtral-8x7b": "mlperf_mixtral_lengths.csv.gz"}
 MODELS = {"llama2-70b": "llama-2-70b", "llama3.1-8b": "llama-3.1-8b", "mixtral-8x7b": "mixtral-8x7b"}
