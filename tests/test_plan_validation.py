@@ -74,6 +74,30 @@ def test_a_runs_own_flags_reach_its_case():
     assert v1.chunked_prefill and v1.step_overhead == engines.V1_COSTS["step_overhead"] and v1.block_size == 16
 
 
+def test_v41_rocm_runs_take_their_harness_facts():
+    """v4.1's MI300X runs: Offline eager at gmu 0.99; AMD's Server (SyncServer) 1,024 sequences and 49,152 tokens,
+    no graph, its batcher of 96 queries or 0.3 s; Dell's (AsyncServer) 768 / 65,536 with graphs and 32 or 0.4 s.
+    Other v4.1 rows carry no batcher."""
+    cases = mlperf.cases()
+
+    def engine(case):
+        return engines.profile(case.engine, gpus.gpu(case.gpu)).with_knobs(**case.knobs)
+
+    amd, dell, offline = (next(c for c in cases if f"v4.1 {what}" in c.what) for what in (
+        "Server (AMD 8xMI300X_2xEPYC-TURIN", "Server (Dell XE9680_MI300X", "Offline (AMD 1xMI300X"))
+    e = engine(amd)
+    assert (e.max_num_seqs, e.max_num_batched_tokens, e.gpu_memory_utilization, e.graphs) == (1024, 49152, 0.97, "")
+    assert (amd.batcher, amd.kv_dtype, e.block_size, e.chunked_prefill, e.prefix_caching) == ((96, 0.3), "fp8", 16,
+                                                                                               False, False)
+    e = engine(dell)
+    assert (e.max_num_seqs, e.max_num_batched_tokens, e.gpu_memory_utilization, e.graphs) == (768, 65536, 0.97,
+                                                                                              "vllm-v0")
+    assert dell.batcher == (32, 0.4)
+    e = engine(offline)
+    assert (e.graphs, e.gpu_memory_utilization, offline.batcher) == ("", 0.99, None)
+    assert all(c.batcher is None for c in cases if "MI300X" not in c.what)
+
+
 def test_mlperf_lengths_match_each_run():
     """The dataset's prompts; outputs scaled to the run's own tokens per sample (Llama-3.1-8B's all at 128)."""
     row = next(r for r in mlperf.ROWS if r.round == "v4.1")

@@ -29,3 +29,4 @@ class Case:
     sharegpt_means: tuple[float, float] | None = None  # ShareGPT rescaled to the source's prompt/output means
     prefix_hit_rate: float = 0.0  # share of each prompt the server's prefix cache holds, as the source ran it
     streamed: bool = True  # measured by an HTTP client streaming every token (False: MLPerf LoadGen, trtllm-bench)
+    batcher: tuple[int, float] | None = None  # a harness's (batch size, seconds) between arrivals and replicas

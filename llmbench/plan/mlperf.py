@@ -22,8 +22,8 @@ than the dataset's references). Left out: FP4 systems (B200, GB200: the planner 
 Row fields: round, benchmark, submitter, system, GPU, GPUs, TP, engine, weight/KV dtype, output tokens per
 sample, Offline tok/s, Offline engine settings, Server (target_qps, P99 TTFT, P99 TPOT, mean TTFT, mean TPOT,
 ms), Server settings, Interactive figures, Interactive settings. Settings: (max batch, max tokens per step[,
-vLLM scheduler steps]), or a run's own flags as its submission gives them (REDHAT); v5.1's vLLM runs on AMD GPUs
-add the engine facts of AMD's harness (rocm_engines).
+vLLM scheduler steps]), or a run's own flags as its submission gives them (REDHAT); vLLM runs on AMD GPUs add the
+engine facts of AMD's harness (v41_rocm, rocm_engines), v4.1's Server runs its query batcher (harness_batcher.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from functools import cache
 import numpy as np
 
 from llmbench.plan.case import Case
-from llmbench.plan.mlperf_settings import DATA, REDHAT, rocm_engines, settings, split
+from llmbench.plan.harness_batcher import HarnessBatcher
+from llmbench.plan.mlperf_settings import DATA, REDHAT, rocm_engines, settings, split, v41_rocm
 from llmbench.plan.workload import Workload
 
 DATASETS = {"llama2-70b": "mlperf_openorca_lengths.csv.gz", "llama3.1-8b": "mlperf_cnn_dailymail_lengths.csv.gz",
@@ -79,9 +80,9 @@ ROWS = [
     Row('v4.1', 'llama2-70b', 'NVIDIA', 'DGX-H100_H100-SXM-80GBx8_TRT', 'H100-SXM', 8, 2, 'trtllm', 'fp8', 290.3, 24524.9, (896, 4096), (75.0, 461.3, 175.4, 275.9, 155.0), (1024, 4096), None, None),
     Row('v4.1', 'llama2-70b', 'NVIDIA', 'H200-SXM-141GBx8_TRT', 'H200', 8, 1, 'trtllm', 'fp8', 291.3, 31302.7, (806, 4096), (101.0, 452.7, 146.0, 198.3, 123.3), (896, 4096), None, None),
     Row('v4.1', 'llama2-70b', 'NVIDIA', 'GH200-GraceHopper-Superchip_GH200-144GB_aarch64x1_TRT', 'GH200', 1, 1, 'trtllm', 'fp8', 291.2, 4067.5, (806, 4096), (13.4, 579.3, 192.6, 279.7, 161.3), (806, 4096), None, None),
-    Row('v4.1', 'llama2-70b', 'AMD', '1xMI300X_2xEPYC-9374F', 'MI300X', 1, 1, 'vllm@0.4', 'fp8', 293.2, 3062.7, (2048, 65536), (8.6, 785.3, 190.3, 401.9, 153.4), (768, 65536), None, None),
-    Row('v4.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC-9374F', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.4, 23514.8, (2048, 65536), (73.5, 1604.2, 197.9, 1006.3, 143.1), (768, 65536), None, None),
-    Row('v4.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC-TURIN', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.4, 24109.8, (2048, 65536), (76.0, 1660.4, 198.7, 1038.4, 143.1), (768, 65536), None, None),
+    Row('v4.1', 'llama2-70b', 'AMD', '1xMI300X_2xEPYC-9374F', 'MI300X', 1, 1, 'vllm@0.4', 'fp8', 293.2, 3062.7, (2048, 65536), (8.6, 785.3, 190.3, 401.9, 153.4), (1024, 49152), None, None),
+    Row('v4.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC-9374F', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.4, 23514.8, (2048, 65536), (73.5, 1604.2, 197.9, 1006.3, 143.1), (1024, 49152), None, None),
+    Row('v4.1', 'llama2-70b', 'AMD', '8xMI300X_2xEPYC-TURIN', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.4, 24109.8, (2048, 65536), (76.0, 1660.4, 198.7, 1038.4, 143.1), (1024, 49152), None, None),
     Row('v4.1', 'llama2-70b', 'Dell', 'XE9680_MI300X_192GBx8', 'MI300X', 8, 1, 'vllm@0.4', 'fp8', 293.7, 22677.6, (2048, 65536), (68.5, 1723.3, 196.0, 1203.9, 142.7), (768, 65536), None, None),
     Row('v4.1', 'llama2-70b', 'HPE', 'HPE_ProLiant_DL380a_H100_NVL_94GBx4_TRT', 'H100-NVL', 4, 2, 'trtllm', 'fp8', 290.3, 8858.8, (1300, 4096), (24.0, 383.9, 121.9, 195.6, 103.9), (640, 4096), None, None),
     Row('v4.1', 'llama2-70b', 'Lenovo', 'SR675_V3_8xH100_NVL_TRT', 'H100-NVL', 8, 2, 'trtllm', 'fp8', 291.2, 15875.8, (1300, 4096), (45.0, 359.4, 87.0, 138.9, 67.6), (640, 4096), None, None),
@@ -189,6 +190,8 @@ def cases(rows: list[Row] | None = None) -> list:
                  "bench": r.bench.replace("llama2-70b", "llama2-70b-99")}
         model, dtype = MODELS[r.bench], r.dtype
         rocm = rocm_engines() if r.round == LATER else {}
+        if r.round != LATER and r.engine.startswith("vllm") and r.gpu.startswith("MI"):
+            rocm = {(r.bench, r.submitter, r.system, s): v41_rocm(r.submitter, s) for s in ("offline", "server")}
         if r.offline_tok_s:
             knobs, fields = split(settings(r.offline, r.engine, r.round,
                                             rocm.get((r.bench, r.submitter, r.system, "offline"))), dtype)
@@ -220,7 +223,8 @@ def predict(case, setup) -> dict:
     if case.mode == "offline":
         return {"output_throughput": max_throughput(setup, case.requests)["output_throughput"] * case.replicas}
     limits, rate = LIMITS[case.bench, case.mode], case.value / case.replicas
-    setup = replace(setup, warm_up=warm_up(rate, setup.requests))
+    batcher = HarnessBatcher(*case.batcher) if case.batcher else None
+    setup = replace(setup, warm_up=warm_up(rate, setup.requests), batcher=batcher, replicas=case.replicas)
     limit = saturation(setup)
     points = {rate: at_rate(setup, rate)}
     return {k: points[rate][k] for k in ("p99_ttft_ms", "p99_tpot_ms", "mean_ttft_ms", "mean_tpot_ms")} | {

@@ -1,6 +1,6 @@
 """The engine flags of MLPerf runs as their submissions state them: a row's (batch, tokens[, steps]) read the way
 each harness runs it, a run's own flags where its submission gives more (RedHat's vLLM), and the engine facts of
-AMD's harness for v5.1's vLLM runs on MI300X/MI325X."""
+AMD's harnesses for the vLLM runs on MI300X/MI325X (v4.1's scripts, v5.1's harness_llm yamls)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,30 @@ REDHAT = {
 }
 
 
+# v4.1's vLLM runs on MI300X (closed/{AMD,Dell}/code/llama2-70b-99.9, the same harness): Offline
+# (test_VllmFp8_Offline_perf.sh) eager, --gpu-memory-utilization 0.99, block 16. Server: AMD's run_tests_Server.sh
+# runs mainVllmFp8_SyncServer.py, whose argparse defaults override its dataclass (1,024 sequences, 49,152 tokens:
+# the rows; gmu 0.97; --max-seq-len-to-capture 512, so V0 replays no graph once a batch holds a longer context)
+# and batches queries (--gpu-batch-size 96, --batcher-threshold 0.3); Dell's runs mainVllmFp8_AsyncServer.py:
+# its dataclass (graphs to 2,048 tokens of context, gmu 0.97) and batcher defaults (32, 0.4 s). Left out:
+# VLLM_SCHED_PREFILL_KVC_FREEPCT (the ROCm fork's prefill rule) and the Offline harness's sorting of prompts.
+V41_ROCM = {
+    "offline": {"graphs": "", "gpu_memory_utilization": 0.99},
+    "AMD server": {"graphs": "", "gpu_memory_utilization": 0.97, "batcher": (96, 0.3)},
+    "Dell server": {"gpu_memory_utilization": 0.97, "batcher": (32, 0.4)},
+}
+
+
+def v41_rocm(submitter: str, scenario: str) -> dict:
+    """The harness facts of a v4.1 vLLM run on MI300X (V41_ROCM), with the block size and prefix caching both
+    scenarios share."""
+    facts = V41_ROCM.get(scenario, V41_ROCM.get(f"{submitter} {scenario}", {}))
+    return {"block_size": 16, "prefix_caching": False, **facts}
+
+
 def settings(cfg: tuple | dict | None, engine: str, round_: str, rocm: dict | None = None) -> dict:
     """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
-    chunked prefill (v4.1's configs say so) or, in v5.1, what AMD's harness sets (`rocm`, rocm_engines());
+    chunked prefill (v4.1's configs say so), with the facts of AMD's harness (`rocm`: v41_rocm(), rocm_engines());
     TensorRT-LLM chunks contexts in v5.1 (every H200 config sets enable_chunked_context) and not in v4.1 (NVIDIA's
     harness, llm_core.cc, passes no chunking policy). A dict is a run's flags as its submission states them, with
     the KV dtype and whether its tokens were streamed."""
@@ -72,6 +93,7 @@ def rocm_engines() -> dict[tuple[str, str, str, str], dict]:
 def split(knobs: dict, dtype: str) -> tuple[dict, dict]:
     """A run's engine flags apart from the Case fields among them (its KV dtype, by default the weights')."""
     fields = {"kv_dtype": knobs.pop("kv_dtype", dtype)}
-    if "streamed" in knobs:
-        fields["streamed"] = knobs.pop("streamed")
+    for name in ("streamed", "batcher"):
+        if name in knobs:
+            fields[name] = knobs.pop(name)
     return knobs, fields

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from llmbench.plan.harness_batcher import HarnessBatcher
 from llmbench.plan.scheduler import EngineShape, StepModel
 from llmbench.plan.simulator import SimResult, simulate
 from llmbench.plan.workload import Workload
@@ -23,6 +24,8 @@ class SimSetup:
     requests: int = 600
     exact: bool = False  # `requests` is the run asked about (--num-prompts): simulate that many, ramp and drain
     warm_up: int = 0  # requests sent before those measured at a rate, left out of its figures (tail term `steady state`)
+    batcher: HarnessBatcher | None = None  # a load harness between the arrivals and `replicas` replicas
+    replicas: int = 1
 
     def count(self, rate: float | None = None, concurrency: int | None = None) -> int:
         """Requests to simulate: the number asked for, else enough for a steady state (a queue needs time to
@@ -53,16 +56,24 @@ def _merge(results: list[SimResult], slo: SLO | None) -> dict:
 
 def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[int, ...] | None = None) -> dict:
     """Poisson arrivals at `rate` req/s: percentiles averaged over seeds, attainment of `slo`; the first
-    `setup.warm_up` requests are sent but not measured."""
+    `setup.warm_up` requests are sent but not measured. With a `setup.batcher` the arrivals of all
+    `setup.replicas` (`rate` each) pass it and the first replica's share is simulated."""
     results = []
     n = setup.count(rate=rate)
     sent = n + setup.warm_up
     for seed in seeds or setup.seeds:
         rng = np.random.default_rng(seed)
-        prompts, outputs = setup.work.sample(sent, rng)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, sent))
-        res = simulate(arrivals, prompts, outputs, setup.model, setup.shape)
-        if len(res.ttft) < sent:
+        waited = None
+        if setup.batcher is None:
+            prompts, outputs = setup.work.sample(sent, rng)
+            arrivals = np.cumsum(rng.exponential(1.0 / rate, sent))
+        else:
+            issued = np.cumsum(rng.exponential(1.0 / (rate * setup.replicas), sent * setup.replicas))
+            mine, arrivals = setup.batcher.to_replica(issued, setup.replicas)
+            waited = arrivals - issued[mine]
+            prompts, outputs = setup.work.sample(len(mine), rng)
+        res = simulate(arrivals, prompts, outputs, setup.model, setup.shape, waited=waited)
+        if len(res.ttft) < len(arrivals):
             raise ValueError(f"the simulation did not finish all requests at {rate:g} req/s")
         results.append(res.without_first(setup.warm_up) if setup.warm_up else res)
     return _merge(results, slo) | {"rate": rate, "simulated_requests": n}

@@ -83,11 +83,12 @@ class SimResult:
 
 def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarray, model: StepModel,
              shape: EngineShape, concurrency: int | None = None, max_steps: int = 3_000_000,
-             fast_forward: bool = True, drift: SpeedTrace | None = None) -> SimResult:
+             fast_forward: bool = True, drift: SpeedTrace | None = None, waited: np.ndarray | None = None) -> SimResult:
     """Open loop (`arrivals` in seconds) or closed loop (`concurrency` requests in flight, each next one
     sent when one finishes, like a fixed-concurrency benchmark). `fast_forward=False` steps every decode
     one by one: the same answer, slower (the reference the fast path is tested against). `drift` multiplies
-    each step's time by its window's factor (tail term `speed drift`)."""
+    each step's time by its window's factor (tail term `speed drift`). `waited`: seconds each request spent in a
+    load harness before its arrival at the engine, counted in its TTFT and E2E (tail term `harness batcher`)."""
     if concurrency is not None:
         arrivals = np.zeros(len(prompts))
     reqs = [Request(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
@@ -161,10 +162,11 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                     else:
                         r.first = now
                     r.delivered, r.last_delivery = r.generated, now
-    done = [r for r in reqs if not math.isnan(r.finish)]
-    over = shape.client_overhead
-    ttft = np.array([r.first - r.arrival + over for r in done])
-    e2el = np.array([r.finish - r.arrival + over for r in done])
+    kept = [i for i, r in enumerate(reqs) if not math.isnan(r.finish)]
+    done = [reqs[i] for i in kept]
+    over = shape.client_overhead + (waited[kept] if waited is not None else 0.0)
+    ttft = np.array([r.first - r.arrival for r in done]) + over
+    e2el = np.array([r.finish - r.arrival for r in done]) + over
     tpot_all = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else 0.0 for r in done])
     multi = np.array([r.output > 1 for r in done], dtype=bool)
     start = min((r.arrival for r in reqs), default=0.0)
