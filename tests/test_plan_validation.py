@@ -55,7 +55,8 @@ def test_mlperf_rows_are_tuning_and_the_held_out_half_has_enough_tails():
 def test_a_runs_own_flags_reach_its_case():
     """A run phrased with its submission's own flags (RedHat's vLLM 0.10, V1) keeps chunked prefill beside them,
     and its checkpoint's and KV cache's dtypes; a v5.1 ROCm run is what AMD's harness yaml sets: V0 (its fixed
-    costs, whatever the version label) without chunked prefill, eager (no graph padding), or V1 with chunked
+    costs, whatever the version label) without chunked prefill, eager (no graph padding), with AMD's scheduler
+    patch where the yaml sets VLLM_LLAMA2_MLPERF_SCHED (Llama-2-70B's V0 Offline and Server runs), or V1 with chunked
     prefill (the MI325X Interactive runs)."""
     cases = mlperf.cases()
     server, offline = (next(c for c in cases if f"{scenario} (RedHat XE8640" in c.what)
@@ -72,6 +73,9 @@ def test_a_runs_own_flags_reach_its_case():
     v1 = next(c for c in cases if "Interactive (Vultr 8xMI325X" in c.what)
     v1 = engines.profile(v1.engine, gpus.gpu(v1.gpu)).with_knobs(**v1.knobs)
     assert v1.chunked_prefill and v1.step_overhead == engines.V1_COSTS["step_overhead"] and v1.block_size == 16
+    assert v0.decode_target == (608, 352, 16, 0, 8) and v1.decode_target is None  # AMD's MLPerf V0 scheduler patch
+    patched = [c for c in cases if "decode_target" in c.knobs]
+    assert len(patched) == 17 and all("llama-2-70b" in c.model and c.mode != "interactive" for c in patched)
 
 
 def test_v41_rocm_runs_take_their_harness_facts():

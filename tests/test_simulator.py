@@ -172,3 +172,40 @@ def test_rows_measured_without_http_streaming_carry_no_token_drain():
     streamed = {c.what for c in mlperf.cases() if c.streamed}  # only RedHat's Server harness streams over HTTP
     assert len(streamed) == 2 and all("Server (RedHat" in what for what in streamed)
     assert {c.row for c in published.CASES if not c.streamed} == {"B"}
+
+
+def test_amds_mlperf_scheduler_decodes_a_target_and_gathers_prefills():
+    """AMD's MLPerf patch of V0's scheduler (VLLM_LLAMA2_MLPERF_SCHED, v5.1's Llama-2-70B runs on MI300X/MI325X):
+    a step decodes T(n) of n running (MAX from MAX on, a multiple of STEP from MIN on, else MIN, which is all);
+    an invocation prefills only below MAX running, with enough free blocks, and with at least the set number of
+    queries waiting, unless the invocation before did not prefill."""
+    from llmbench.plan.scheduler import Request, Scheduler
+
+    shape = EngineShape(650, 40960, 10**7, 32, chunked_prefill=False, decode_target=(608, 352, 16, 0, 8))
+    sched = Scheduler(shape)
+    for n, limit in ((300, 352), (352, 352), (405, 400), (607, 592), (640, 608)):
+        sched.running = [Request(0.0, 10, 10) for _ in range(n)]
+        assert sched._decode_limit() == limit
+    sched.running = [Request(0.0, 10, 10) for _ in range(3)]
+    sched.waiting.extend(Request(0.0, 50, 5) for _ in range(3))
+    assert [sched._may_prefill() for _ in range(4)] == [True, False, True, False]  # 3 waiting, 8 asked
+    sched.waiting.extend(Request(0.0, 50, 5) for _ in range(5))
+    assert [sched._may_prefill() for _ in range(2)] == [True, True]
+    sched.running = [Request(0.0, 10, 10) for _ in range(608)]
+    assert not any(sched._may_prefill() for _ in range(2))
+    idle = Scheduler(shape)
+    idle.waiting.append(Request(0.0, 50, 5))
+    idle.prefill_next = False
+    assert idle._may_prefill()  # an idle engine's empty invocation is followed at once by the next
+
+
+def test_decodes_past_the_target_wait_their_turn():
+    """Under the patch 20 running requests with T = 16 (MIN 16): the first 16 decode, the other 4 wait until
+    some finish, so their tokens come later than vLLM's own scheduler gives them."""
+    prompts, outputs = np.full(20, 10), np.concatenate([np.full(16, 5), np.full(4, 5)])
+    own = simulate(np.zeros(20), prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16,
+                                                                                   chunked_prefill=False))
+    patched = simulate(np.zeros(20), prompts, outputs, _PrefillClock(),
+                       EngineShape(64, 4096, 10**6, 16, chunked_prefill=False, decode_target=(16, 16, 16, 0, 1)))
+    np.testing.assert_allclose(own.e2el, own.e2el[0])
+    assert np.allclose(patched.e2el[:16], own.e2el[:16]) and np.all(patched.e2el[16:] > own.e2el[16:] + 0.03)

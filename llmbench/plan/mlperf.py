@@ -23,7 +23,8 @@ Row fields: round, benchmark, submitter, system, GPU, GPUs, TP, engine, weight/K
 sample, Offline tok/s, Offline engine settings, Server (target_qps, P99 TTFT, P99 TPOT, mean TTFT, mean TPOT,
 ms), Server settings, Interactive figures, Interactive settings. Settings: (max batch, max tokens per step[,
 vLLM scheduler steps]), or a run's own flags as its submission gives them (REDHAT); vLLM runs on AMD GPUs add the
-engine facts of AMD's harness (v41_rocm, rocm_engines), v4.1's Server runs its query batcher (harness_batcher.py).
+engine facts of AMD's harness (v41_rocm, rocm_engines: v5.1's Llama-2-70B V0 runs with AMD's scheduler patch,
+`decode_target`), v4.1's Server runs its query batcher (harness_batcher.py).
 """
 
 from __future__ import annotations

@@ -77,16 +77,19 @@ def rocm_engines() -> dict[tuple[str, str, str, str], dict]:
     """(bench, submitter, system, scenario) -> the engine facts of a v5.1 vLLM run on AMD's harness (data/
     mlperf_rocm_engines.csv): V0 (VLLM_USE_V1=0) takes V0's fixed costs whatever the version label, V1 chunked
     prefill and V1's; an eager run (enforce_eager) pads no CUDA graph; its memory share, block size, no prefix
-    caching. Its launches without graphs have no term of their own."""
+    caching; a V0 run with VLLM_LLAMA2_MLPERF_SCHED, the patched scheduler's `decode_target`. Its launches without
+    graphs have no term of their own."""
     with open(DATA / "mlperf_rocm_engines.csv", encoding="utf-8") as f:
         table = list(csv.DictReader(line for line in f if not line.startswith("#")))
     out = {}
     for r in table:
         v1, eager = r["v1"] == "1", r["eager"] == "1"
-        out[r["bench"], r["submitter"], r["system"], r["scenario"].lower()] = {
-            **(engines.V1_COSTS if v1 else engines.V0_COSTS), "chunked_prefill": v1,
-            "graphs": "" if eager else "vllm" if v1 else "vllm-v0", "gpu_memory_utilization": float(r["gmu"]),
-            "block_size": int(r["block_size"]), "prefix_caching": False}
+        facts = {**(engines.V1_COSTS if v1 else engines.V0_COSTS), "chunked_prefill": v1,
+                 "graphs": "" if eager else "vllm" if v1 else "vllm-v0", "gpu_memory_utilization": float(r["gmu"]),
+                 "block_size": int(r["block_size"]), "prefix_caching": False}
+        if r["decode_target"]:
+            facts["decode_target"] = tuple(int(x) for x in r["decode_target"].split(":"))
+        out[r["bench"], r["submitter"], r["system"], r["scenario"].lower()] = facts
     return out
 
 

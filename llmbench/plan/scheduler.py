@@ -33,6 +33,9 @@ class EngineShape:
     whole_prompts: bool = False  # TensorRT-LLM without chunked context: a prompt joins a step only whole
     long_prefill_cap: int = 0  # vLLM's --long-prefill-token-threshold: one request's tokens a step (0: no cap)
     cap_lone_prefill: bool = True  # False from vLLM 0.31: a request alone in the scheduler is not capped
+    # AMD's MLPerf patch of V0's scheduler (VLLM_LLAMA2_MLPERF_SCHED): (MAX, MIN, STEP, MIN_REQUIRE_PREFILL_GPU_BLOCK,
+    # MIN_REQUIRE_PREFILL_QUERY); None: vLLM's own scheduler
+    decode_target: tuple[int, int, int, int, int] | None = None
 
 
 class Request:
@@ -61,6 +64,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.preemptions = 0
         self.reserved = 0  # blocks promised to admitted requests' future tokens (reserve_output)
+        self.prefill_next = True  # decode_target: the last scheduler invocation did not prefill
 
     def blocks_for(self, r: Request, n: int) -> int:
         return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
@@ -150,7 +154,7 @@ class Scheduler:
         when there were none to run."""
         running, shape = self.running, self.shape
         batch = len(running)
-        if not batch or batch > shape.max_num_batched_tokens:
+        if not batch or batch > shape.max_num_batched_tokens or shape.decode_target is not None:
             return None
         budget = shape.max_num_batched_tokens - (batch if shape.chunked_prefill else 0)
         if self.waiting and batch < shape.max_num_seqs and budget > 0:
@@ -179,10 +183,33 @@ class Scheduler:
         bulk += [first, np.repeat(times, batch)]
         return now
 
+    def _may_prefill(self) -> bool:
+        """AMD's MLPerf patch (`decode_target`): a scheduler invocation prefills only below MAX running, with more
+        than the set number of free blocks, and with enough waiting queries unless the invocation before it did
+        not prefill; an idle engine's empty invocation is followed at once by the next."""
+        top, _, _, blocks, queries = self.shape.decode_target
+        for _ in range(1 if self.running else 2):
+            ok = len(self.running) < top and self.free > blocks and (len(self.waiting) >= queries or self.prefill_next)
+            self.prefill_next = not ok
+            if ok:
+                return True
+        return False
+
+    def _decode_limit(self) -> int:
+        """How many running requests a step decodes: all, or under `decode_target` T(n) of the n running (MAX
+        from MAX on, a multiple of STEP from MIN on, else MIN), taken from the front of the queue."""
+        n = len(self.running)
+        if self.shape.decode_target is None:
+            return n
+        top, low, step = self.shape.decode_target[:3]
+        return top if n >= top else n // step * step if n >= low else low
+
     def schedule(self, admit_new: bool) -> list[tuple[Request, int]]:
         budget = self.shape.max_num_batched_tokens
         batch: list[tuple[Request, int]] = []
         if not self.shape.chunked_prefill:
+            if admit_new and self.shape.decode_target is not None:
+                admit_new = self._may_prefill()
             prefilling = [r for r in self.running if r.computed < r.prompt]
             if prefilling or (admit_new and self.waiting):
                 for r in prefilling:
@@ -195,8 +222,8 @@ class Scheduler:
                 if batch:
                     return batch
         before = self.preemptions
-        i, bs, cap = 0, self.shape.block_size, self._cap()
-        while i < len(self.running) and budget > 0:  # preemption pops from the end, so index forward
+        i, bs, cap, limit = 0, self.shape.block_size, self._cap(), self._decode_limit()
+        while i < min(len(self.running), limit) and budget > 0:  # preemption pops from the end, so index forward
             r = self.running[i]
             todo = r.prompt + r.generated - r.computed
             n = min(cap if 0 < cap < todo else todo, budget)
