@@ -180,6 +180,16 @@ def _what(row: Row, scenario: str) -> str:
             f"{row.engine}, MLPerf {row.round} {scenario} ({row.submitter} {row.system})")
 
 
+def _amd_harness(r: Row, scenario: str) -> dict | None:
+    """The engine facts of AMD's harness for a vLLM run on an AMD GPU: v4.1's scripts (v41_rocm), v5.1's yamls
+    (rocm_engines); None elsewhere."""
+    if not (r.engine.startswith("vllm") and r.gpu.startswith("MI")):
+        return None
+    if r.round == LATER:
+        return rocm_engines().get((r.bench, r.submitter, r.system, scenario))
+    return v41_rocm(r.submitter, scenario)
+
+
 def cases(rows: list[Row] | None = None) -> list:
     """One case per row and scenario: Offline throughput; Server and Interactive latencies at the published
     rate and the capacity within LoadGen's P99 bounds."""
@@ -190,12 +200,8 @@ def cases(rows: list[Row] | None = None) -> list:
         where = {"round": r.round, "submitter": r.submitter, "system": r.system,
                  "bench": r.bench.replace("llama2-70b", "llama2-70b-99")}
         model, dtype = MODELS[r.bench], r.dtype
-        rocm = rocm_engines() if r.round == LATER else {}
-        if r.round != LATER and r.engine.startswith("vllm") and r.gpu.startswith("MI"):
-            rocm = {(r.bench, r.submitter, r.system, s): v41_rocm(r.submitter, s) for s in ("offline", "server")}
         if r.offline_tok_s:
-            knobs, fields = split(settings(r.offline, r.engine, r.round,
-                                            rocm.get((r.bench, r.submitter, r.system, "offline"))), dtype)
+            knobs, fields = split(settings(r.offline, r.engine, r.round, _amd_harness(r, "offline")), dtype)
             out.append(Case(label, _what(r, "Offline"), model, r.gpu, r.tp, r.engine, "offline", 0,
                             {"output_throughput": r.offline_tok_s}, dtype, requests=OFFLINE_REQUESTS, knobs=knobs,
                             source=SOURCE.format(**where, scenario="Offline"), **common | fields))
@@ -206,8 +212,7 @@ def cases(rows: list[Row] | None = None) -> list:
             rate, p99_ttft, p99_tpot, mean_ttft, mean_tpot = figures
             published = {"capacity": rate, "p99_ttft_ms": p99_ttft, "p99_tpot_ms": p99_tpot,
                          "mean_ttft_ms": mean_ttft, "mean_tpot_ms": mean_tpot}
-            knobs, fields = split(settings(cfg, r.engine, r.round, rocm.get((r.bench, r.submitter, r.system,
-                                                                               scenario))), dtype)
+            knobs, fields = split(settings(cfg, r.engine, r.round, _amd_harness(r, scenario)), dtype)
             out.append(Case(label, _what(r, scenario.title()), model, r.gpu, r.tp, r.engine, scenario, rate,
                             published, dtype, requests=SERVER_REQUESTS, knobs=knobs,
                             source=SOURCE.format(**where, scenario=scenario.title()), **common | fields))

@@ -48,7 +48,7 @@ V41_ROCM = {
 def v41_rocm(submitter: str, scenario: str) -> dict:
     """The harness facts of a v4.1 vLLM run on MI300X (V41_ROCM), with the block size and prefix caching both
     scenarios share."""
-    facts = V41_ROCM.get(scenario, V41_ROCM.get(f"{submitter} {scenario}", {}))
+    facts = V41_ROCM.get(scenario) or V41_ROCM.get(f"{submitter} {scenario}", {})
     return {"block_size": 16, "prefix_caching": False, **facts}
 
 
