@@ -79,9 +79,10 @@ def test_a_runs_own_flags_reach_its_case():
 
 
 def test_v41_rocm_runs_take_their_harness_facts():
-    """v4.1's MI300X runs: Offline eager at gmu 0.99; AMD's Server (SyncServer) 1,024 sequences and 49,152 tokens,
-    no graph, its batcher of 96 queries or 0.3 s; Dell's (AsyncServer) 768 / 65,536 with graphs and 32 or 0.4 s.
-    Other v4.1 rows carry no batcher."""
+    """v4.1's MI300X runs: Offline eager at gmu 0.99 with the ROCm fork's rule of 31 % free KV blocks; AMD's Server
+    (SyncServer) 1,024 sequences and 49,152 tokens, no graph, its batcher of 96 queries or 0.3 s; Dell's
+    (AsyncServer) 768 / 65,536 with graphs and 32 or 0.4 s. Other v4.1 rows carry no batcher, no row but these
+    four Offline runs the KV rule."""
     cases = mlperf.cases()
 
     def engine(case):
@@ -98,7 +99,10 @@ def test_v41_rocm_runs_take_their_harness_facts():
                                                                                               "vllm-v0")
     assert dell.batcher == (32, 0.4)
     e = engine(offline)
-    assert (e.graphs, e.gpu_memory_utilization, offline.batcher) == ("", 0.99, None)
+    assert (e.graphs, e.gpu_memory_utilization, offline.batcher, e.prefill_kv_free) == ("", 0.99, None, 0.31)
+    assert e.shape(10**6).prefill_kv_free == 0.31  # VLLM_SCHED_PREFILL_KVC_FREEPCT=31, the Offline scripts only
+    ruled = {c.what for c in cases if c.knobs.get("prefill_kv_free")}
+    assert len(ruled) == 4 and all("v4.1 Offline" in what and "MI300X" in what for what in ruled)
     assert all(c.batcher is None for c in cases if "MI300X" not in c.what)
 
 

@@ -71,6 +71,7 @@ class EngineProfile:
     long_prefill_token_threshold: int = 0  # vLLM's cap on one request's tokens a step (0: none)
     lone_prefill_uncapped: bool = False  # vLLM 0.31 on: the cap spares a request alone in the scheduler
     decode_target: tuple[int, int, int, int, int] | None = None  # AMD's MLPerf V0 scheduler patch (scheduler.py)
+    prefill_kv_free: float = 0.0  # the ROCm fork's VLLM_SCHED_PREFILL_KVC_FREEPCT / 100 (V0; scheduler.py)
     reserve_output: bool = False  # admit a request only with KV for its whole output (no preemption)
     prefix_caching: bool = True
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
@@ -98,7 +99,8 @@ class EngineProfile:
                            prefix_hit_rate if self.prefix_caching else 0.0, self.request_overhead,
                            self.chunked_prefill or whole, self.scheduler_steps, self.reserve_output,
                            whole_prompts=whole, long_prefill_cap=self.long_prefill_token_threshold,
-                           cap_lone_prefill=not self.lone_prefill_uncapped, decode_target=self.decode_target)
+                           cap_lone_prefill=not self.lone_prefill_uncapped, decode_target=self.decode_target,
+                           prefill_kv_free=self.prefill_kv_free)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""

@@ -36,6 +36,9 @@ class EngineShape:
     # AMD's MLPerf patch of V0's scheduler (VLLM_LLAMA2_MLPERF_SCHED): (MAX, MIN, STEP, MIN_REQUIRE_PREFILL_GPU_BLOCK,
     # MIN_REQUIRE_PREFILL_QUERY); None: vLLM's own scheduler
     decode_target: tuple[int, int, int, int, int] | None = None
+    # the ROCm fork's VLLM_SCHED_PREFILL_KVC_FREEPCT (MLPerf v4.1's Offline runs): a V0 invocation admits no new prompt
+    # while fewer than this share of the KV blocks are free (0: no such rule)
+    prefill_kv_free: float = 0.0
 
 
 class Request:
@@ -157,7 +160,7 @@ class Scheduler:
         if not batch or batch > shape.max_num_batched_tokens or shape.decode_target is not None:
             return None
         budget = shape.max_num_batched_tokens - (batch if shape.chunked_prefill else 0)
-        if self.waiting and batch < shape.max_num_seqs and budget > 0:
+        if self.waiting and batch < shape.max_num_seqs and budget > 0 and not self._kv_held():
             n, _, reserve = self._admission(self.waiting[0], budget)
             if reserve <= self.free - self.reserved and not self._cut(self.waiting[0], n, budget):
                 return None
@@ -195,6 +198,12 @@ class Scheduler:
                 return True
         return False
 
+    def _kv_held(self) -> bool:
+        """`prefill_kv_free`: the share of free KV blocks is below the rule's, so no new prompt joins (free blocks
+        only fall while nothing finishes)."""
+        share = self.shape.prefill_kv_free
+        return share > 0 and self.free < share * (self.shape.kv_capacity_tokens // self.shape.block_size)
+
     def _decode_limit(self) -> int:
         """How many running requests a step decodes: all, or under `decode_target` T(n) of the n running (MAX
         from MAX on, a multiple of STEP from MIN on, else MIN), taken from the front of the queue."""
@@ -210,6 +219,7 @@ class Scheduler:
         if not self.shape.chunked_prefill:
             if admit_new and self.shape.decode_target is not None:
                 admit_new = self._may_prefill()
+            admit_new = admit_new and not self._kv_held()
             prefilling = [r for r in self.running if r.computed < r.prompt]
             if prefilling or (admit_new and self.waiting):
                 for r in prefilling:
