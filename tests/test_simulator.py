@@ -211,7 +211,7 @@ def test_decodes_past_the_target_wait_their_turn():
     assert np.allclose(patched.e2el[:16], own.e2el[:16]) and np.all(patched.e2el[16:] > own.e2el[16:] + 0.03)
 
 
-def test_the_rocm_forks_kv_rule_holds_prompts_back_instead_of_preempting():
+def test_the_rocm_forks_kv_rule_holds_prompts_back_and_preempts_less():
     """VLLM_SCHED_PREFILL_KVC_FREEPCT (MLPerf v4.1's Offline runs on MI300X): a V0 invocation admits no new prompt
     while fewer than that share of the KV blocks are free (checked once an invocation, as the fork does). Arrivals
     that outgrow the pool preempt (recompute) less with it; fast-forwarded decodes give the stepped answer."""
@@ -220,12 +220,13 @@ def test_the_rocm_forks_kv_rule_holds_prompts_back_instead_of_preempting():
     n = 60
     prompts, outputs = np.full(n, 64), np.full(n, 16)
     runs = {}
-    for share in (0.0, 0.31):
-        shape = EngineShape(64, 4096, 4096, 16, chunked_prefill=False, prefill_kv_free=share)
-        runs[share] = [simulate(np.arange(n) * 0.05, prompts, outputs, _PrefillClock(), shape, fast_forward=ff)
-                       for ff in (True, False)]
-    assert 0 < runs[0.31][0].preemptions < runs[0.0][0].preemptions
-    assert runs[0.31][0].duration < runs[0.0][0].duration  # less recomputed
+    for chunked, share in ((False, 0.0), (False, 0.31), (True, 0.0), (True, 0.31)):
+        shape = EngineShape(64, 4096, 4096, 16, chunked_prefill=chunked, prefill_kv_free=share)
+        runs[chunked, share] = [simulate(np.arange(n) * 0.05, prompts, outputs, _PrefillClock(), shape,
+                                         fast_forward=ff) for ff in (True, False)]
+    assert 0 < runs[False, 0.31][0].preemptions < runs[False, 0.0][0].preemptions
+    assert runs[False, 0.31][0].duration < runs[False, 0.0][0].duration  # less recomputed
+    assert runs[True, 0.31][0].preemptions < runs[True, 0.0][0].preemptions
     for fast, stepped in runs.values():
         np.testing.assert_allclose(fast.e2el, stepped.e2el)
     sched = Scheduler(EngineShape(64, 4096, 4096, 16, chunked_prefill=False, prefill_kv_free=0.31))

@@ -37,7 +37,8 @@ class EngineShape:
     # MIN_REQUIRE_PREFILL_QUERY); None: vLLM's own scheduler
     decode_target: tuple[int, int, int, int, int] | None = None
     # the ROCm fork's VLLM_SCHED_PREFILL_KVC_FREEPCT (MLPerf v4.1's Offline runs): a V0 invocation admits no new prompt
-    # while fewer than this share of the KV blocks are free (0: no such rule)
+    # while fewer than this share of the KV blocks are free, checked where its _schedule_prefills is called: before
+    # the decodes without chunked prefill, after them with it (0: no such rule)
     prefill_kv_free: float = 0.0
 
 
@@ -242,6 +243,6 @@ class Scheduler:
             batch.append((r, n))
             budget -= n
             i += 1
-        if admit_new and self.shape.chunked_prefill and self.preemptions == before:
+        if admit_new and self.shape.chunked_prefill and self.preemptions == before and not self._kv_held():
             self.admit(budget, batch)
         return batch
