@@ -270,7 +270,7 @@ def print_plan(plan: dict) -> None:
         table.add_column(col, justify="right" if col in ("value", "band") else "left")
     for f in plan["figures"]:
         band = bands.band_text(f)
-        table.add_row(f["name"], f"{f['value']:,.2f} {f['unit']}", band, f["label"])
+        table.add_row(f["name"], f"{bands.number(f['value'], f['unit'])} {f['unit']}", band, f["label"])
     console.print(table)
     sim = plan.get("simulated", {})
     if "grid" in sim:

@@ -123,6 +123,10 @@ def test_unmeasured_plan_cli(tmp_path):
     assert r.output.startswith(f"{sim['gpus']} GPUs") and plan["answer"] in " ".join(r.output.split())
     best = max(sim["grid"], key=lambda row: row["rate"])
     assert sim["recommended_flags"]["--max-num-seqs"] == best["--max-num-seqs"]
+    assert all(flag.startswith("--") for flag in sim["recommended_flags"])  # the grid's KV tokens are not a flag
+    assert "kv_tokens" not in r.output.split("recommended:")[1].splitlines()[0]
+    tokens = next(f for f in plan["figures"] if f["name"] == "KV cache per replica")
+    assert tokens["value"] == plan["memory"]["kv_capacity_tokens"] and tokens["unit"] == "tokens"
     kv = {(row["--max-num-seqs"], row["--max-num-batched-tokens"]): row["kv_tokens"] for row in sim["grid"]}
     assert kv[128, 2048] > kv[512, 2048]  # vLLM's profiled peak is the sampler's, for max_num_seqs rows
     assert {f["label"] for f in plan["figures"]} <= {"simulated (priors)", "estimated"}

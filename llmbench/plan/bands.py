@@ -104,6 +104,11 @@ def figure(name: str, value: float, unit: str, label: str, band: Band | float | 
     return out
 
 
+def number(value: float, unit: str) -> str:
+    """A figure's value as printed: counts (tokens) whole, everything else to two decimals."""
+    return f"{value:,.0f}" if unit == "tokens" else f"{value:,.2f}"
+
+
 def band_text(shown: dict) -> str:
     """The band, or, wider than ±50 %, a plain warning: such a band says nothing a plan can rest on."""
     if "band" not in shown:
@@ -111,7 +116,7 @@ def band_text(shown: dict) -> str:
     low, high = shown["band"]
     if shown["value"] and (high - low) / (2 * abs(shown["value"])) > WIDE_BAND:
         return "order of magnitude only — measure it"
-    return f"{low:,.2f}–{high:,.2f}"
+    return f"{number(low, shown['unit'])}–{number(high, shown['unit'])}"
 
 
 MIN_SOURCES = 2  # held-out sources a band needs before it rests on them alone

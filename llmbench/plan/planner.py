@@ -181,7 +181,7 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
         grid = search.knob_grid(setup, req.slo, rate, rep.kv_tokens)
         best = max(grid, key=lambda row: row["rate"])
         sim["grid"] = grid
-        sim["recommended_flags"] = {k: v for k, v in best.items() if k != "rate"} | {
+        sim["recommended_flags"] = {k: v for k, v in best.items() if k.startswith("--")} | {
             "--tensor-parallel-size": rep.tp}
     if req.qps is None:
         plan["simulated"] = sim
@@ -252,6 +252,8 @@ def make_plan(req: PlanRequest) -> dict:
         if "kv_gib_per_gpu" in rep.memory:
             plan["figures"].append(bands.figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", "estimated",
                                            rep.band.get("memory")))
+            plan["figures"].append(bands.figure("KV cache per replica", rep.memory["kv_capacity_tokens"], "tokens",
+                                               "estimated", rep.band.get("memory")))
     plan["estimates"] += rep.notes
     if "bundled tokenizer" in work.source and req.model and not Path(req.model).exists():
         plan["estimates"].append(f"lengths counted with the bundled tokenizer, not {req.model}'s (pass --tokenizer "

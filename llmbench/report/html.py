@@ -190,11 +190,11 @@ def plan_rows(plan: dict) -> list[tuple[str, str]]:
     rows = [("answer", plan.get("answer", "")),
             ("target", (f"{plan['qps']:g} QPS, " if plan.get("qps") else "") + f"{plan['slo_text']}, burst headroom "
                        f"{plan['burst_headroom']:.0%}, {plan['spares']} spare replica(s)")]
-    from llmbench.plan.bands import band_text
+    from llmbench.plan.bands import band_text, number
 
     for f in plan.get("figures", []):
         band = f" [{band_text(f)}]" if "band" in f else ""
-        rows.append((f["label"], f"{f['name']}: {f['value']:,.2f} {f['unit']}{band}"))
+        rows.append((f["label"], f"{f['name']}: {number(f['value'], f['unit'])} {f['unit']}{band}"))
     formulas = plan.get("article_formulas", {})
     if "throughput_formula_gpus" in formulas:
         rows.append(("articles' formula", f"{formulas['throughput_formula_gpus']} GPUs ({formulas['throughput_formula']})"))
