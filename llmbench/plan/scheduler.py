@@ -69,6 +69,7 @@ class Scheduler:
         self.preemptions = 0
         self.reserved = 0  # blocks promised to admitted requests' future tokens (reserve_output)
         self.prefill_next = True  # decode_target: the last scheduler invocation did not prefill
+        self.kv_floor = shape.prefill_kv_free * self.free  # prefill_kv_free: fewer free blocks hold new prompts back
 
     def blocks_for(self, r: Request, n: int) -> int:
         return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
@@ -202,8 +203,7 @@ class Scheduler:
     def _kv_held(self) -> bool:
         """`prefill_kv_free`: the share of free KV blocks is below the rule's, so no new prompt joins (free blocks
         only fall while nothing finishes)."""
-        share = self.shape.prefill_kv_free
-        return share > 0 and self.free < share * (self.shape.kv_capacity_tokens // self.shape.block_size)
+        return self.free < self.kv_floor
 
     def _decode_limit(self) -> int:
         """How many running requests a step decodes: all, or under `decode_target` T(n) of the n running (MAX
