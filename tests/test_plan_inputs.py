@@ -54,6 +54,26 @@ def test_vllm_defaults_follow_the_version_and_the_gpu():
         engines.profile("tgi@2.0")
 
 
+def test_a_vllm_before_0_6_pays_its_host_work_per_sequence(tmp_path):
+    """Tail term `host per sequence`: before 0.6.0 the scheduler and output processing ran in step with the GPU, so
+    a V0 step of 256 decodes lasts 256 x (64 - 4) µs longer on 0.5 than on 0.6; the plan says so."""
+    from llmbench.plan.roofline import RooflineModel
+
+    h100, model = gpus.gpu("H100"), models.model("llama-3.1-8b")
+    old, new = engines.profile("vllm@0.5.3", h100), engines.profile("vllm@0.6.3", h100)
+    assert old.seq_overhead == engines.PRE_ASYNC_SEQ_OVERHEAD and new.seq_overhead == engines.V0_COSTS["seq_overhead"]
+    assert "host per sequence 64 µs" in old.defaults and "host per sequence" not in new.defaults
+    steps = [RooflineModel(model, h100, engine=e).step_time(0, 256, 256 * 1000) for e in (old, new)]
+    assert steps[0] - steps[1] == pytest.approx(256 * (old.seq_overhead - new.seq_overhead), rel=1e-6)
+    args = ("--at-rate", "5", "--model", "llama-3.1-8b", "--gpu", "H100", "--input-len", "512", "--output-len", "128",
+            "--num-prompts", "200")
+    slow, text = plan(tmp_path, *args, "--engine", "vllm@0.5.3")
+    fast, _ = plan(tmp_path, *args, "--engine", "vllm@0.6.3")
+    assert "host per sequence 64 µs a step" in text
+    tpot = [p["simulated"]["point"]["mean_tpot_ms"] for p in (slow, fast)]
+    assert tpot[0] > tpot[1]
+
+
 def test_vllm_activation_memory_is_the_samplers_not_every_token():
     """The published peaks (llm-d config_explorer, H100, vLLM V1 defaults of 1024 sequences) within 3%, and
     an 8B model on a 24 GB card keeps a usable KV pool (fp32 logits for all 8192 tokens left 0.4 GiB)."""

@@ -130,6 +130,17 @@ PROFILES = {
 
 LATEST_VLLM = (0, 32)
 V1 = (0, 8)  # vLLM's V1 engine, with defaults that depend on the GPU, from 0.8 on
+ASYNC_OUTPUT = (0, 6)  # vLLM 0.6.0: asynchronous output processing, the object cache, the fast sampler path
+# Tail term `host per sequence`: before 0.6.0 vLLM's scheduler, input preparation, sampler and output processing ran
+# in step with the GPU ("many components (e.g., scheduler and output processor) execute in a synchronous manner that
+# blocks GPU execution", output processing "with the overhead increasing as batch sizes grew": vLLM's v0.6.0 post,
+# 2024-09-05), so every running sequence adds its host work to the step, where BLIS's fit charges 4 µs. Vidur's
+# profile of a vLLM-derived engine on an A100 host (microsoft/vidur 0633efae, data/profiling/a100/cpu_overheads.csv,
+# Llama-2-7B TP1, medians linear in the batch) puts it at 37 µs without output processing and 100 µs with it.
+# Chosen on the tuning half (MLPerf v4.1's MI300X runs, the only ones before 0.6) by a grid registered before it ran,
+# {4, 16, 37, 64, 100, 160} µs: 100 lowest (objective 3.60 -> 3.46), 64 within 0.05 of it and the smaller move
+# (3.51; benchmarks/README.md). A fit: no held-out row runs a vLLM before 0.6.
+PRE_ASYNC_SEQ_OVERHEAD = 64e-6
 LONE_PREFILL = (0, 31)  # --long-prefill-token-threshold spares a lone request (vllm-project/vllm#57951)
 # V1's fixed costs: TensorRT-LLM's (its decode steps replay CUDA graphs and its engine core runs apart from the API
 # server), not BLIS's fit. Chosen on the tuning half once source I (inference-sim's vLLM 0.14 on an H100) joined
@@ -164,12 +175,18 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     """vLLM's defaults for max_num_seqs, max_num_batched_tokens and chunked prefill (vllm/engine/arg_utils.py):
     V1 (0.8+) on a card of 70 GiB or more other than an A100 takes 1024 sequences and 8192 tokens a step,
     elsewhere 256 and 2048, with chunked prefill on; V0 takes 256 sequences and, prefill-first, a step as long
-    as the model's context (at least 2048 tokens)."""
+    as the model's context (at least 2048 tokens); before 0.6, with its host work per sequence in step with the GPU
+    (tail term `host per sequence`)."""
     name = f"vLLM {version[0]}.{version[1]}"
     if version < V1:
         tokens = max(max_model_len or 2048, 2048)
-        return {"max_num_seqs": 256, "max_num_batched_tokens": tokens, "chunked_prefill": False, "graphs": "vllm-v0",
-                "defaults": f"{name} (V0): --max-num-seqs 256, --max-num-batched-tokens {tokens}, no chunked prefill"}
+        knobs = {"max_num_seqs": 256, "max_num_batched_tokens": tokens, "chunked_prefill": False, "graphs": "vllm-v0",
+                 "defaults": f"{name} (V0): --max-num-seqs 256, --max-num-batched-tokens {tokens}, no chunked prefill"}
+        if version < ASYNC_OUTPUT:
+            knobs["seq_overhead"] = PRE_ASYNC_SEQ_OVERHEAD
+            knobs["defaults"] += (f"; host per sequence {PRE_ASYNC_SEQ_OVERHEAD * 1e6:.0f} µs a step (its scheduler and "
+                                  "output processing ran in step with the GPU until 0.6.0)")
+        return knobs
     big = gpu is not None and gpu.memory >= 70 * GiB and "A100" not in gpu.name
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     on = f" on {gpu.name}" if gpu is not None else ""
