@@ -78,6 +78,21 @@ def test_a_runs_own_flags_reach_its_case():
     assert len(patched) == 17 and all("llama-2-70b" in c.model and c.mode != "interactive" for c in patched)
 
 
+def test_mlperf_tensorrt_llm_runs_reserve_no_output():
+    """NVIDIA's harness schedules TensorRT-LLM with MAX_UTILIZATION in both rounds, so an MLPerf run admits a request
+    without KV for its whole output (and is preempted on a full pool); TensorRT-LLM's own default, GUARANTEED_NO_EVICT,
+    stays the profile's (trtllm-bench and the LLM API). With the reservation a 70B pool on an H200 holds fewer
+    requests, so the run is slower."""
+    trt = [c for c in mlperf.cases() if c.engine == "trtllm"]
+    assert len(trt) > 50 and all(c.knobs["reserve_output"] is False for c in trt)
+    assert engines.PROFILES["trtllm"].reserve_output is True
+    case = next(c for c in trt if c.mode == "offline" and "llama-2-70b" in c.what and "8xH200 " in c.what)
+    case = replace(case, requests=1500)
+    free, reserved = (validate([replace(case, knobs={**case.knobs, "reserve_output": flag})])[0]["predicted"]
+                      for flag in (False, True))
+    assert free > reserved
+
+
 def test_v41_rocm_runs_take_their_harness_facts():
     """v4.1's MI300X runs: Offline eager at gmu 0.99 with the ROCm fork's rule of 31 % free KV blocks; AMD's Server
     (SyncServer) 1,024 sequences and 49,152 tokens, no graph, its batcher of 96 queries or 0.3 s; Dell's

@@ -29,7 +29,7 @@ BANDS: dict[str, dict[str, Band]] = {
     "dense, TP >= 4": {**DENSE, "throughput": (-0.15, 0.15), "latency": (-0.25, 0.1)},
     "MoE": {**DENSE, "throughput": (-0.15, 3.15), "latency": (-0.9, 0.1), "p99": (-0.95, 0.05),
             "memory": (-0.15, 0.05)},
-    "near saturation": {"latency": (-0.65, 23.1), "p99": (-0.65, 20.5)},
+    "near saturation": {"latency": (-0.65, 6.75), "p99": (-0.6, 8.1)},
 }
 NOTES = {
     "dense, TP <= 2": "throughput, latency and P99 bands from three held-out sources (the vLLM 0.14 "

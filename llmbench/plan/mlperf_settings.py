@@ -59,9 +59,13 @@ def settings(cfg: tuple | dict | None, engine: str, round_: str, rocm: dict | No
     """Engine flags of a row's (batch, tokens[, steps]); vLLM rows on ROCm ran the V0 scheduler without
     chunked prefill (v4.1's configs say so), with the facts of AMD's harness (`rocm`: v41_rocm(), rocm_engines());
     TensorRT-LLM chunks contexts in v5.1 (every H200 config sets enable_chunked_context) and not in v4.1 (NVIDIA's
-    harness, llm_core.cc, passes no chunking policy). A dict is a run's flags as its submission states them, with
-    the KV dtype and whether its tokens were streamed."""
-    knobs: dict = {"chunked_prefill": round_ == CHUNKED_CONTEXTS} if engine == "trtllm" else {}
+    harness, llm_core.cc, passes no chunking policy), and in both rounds schedules with MAX_UTILIZATION, not
+    GUARANTEED_NO_EVICT, so it reserves no KV for a request's whole output (v4.1: harness_llm's main_llm.cc flag
+    trtllm_batch_sched_policy defaults to max_util; v5.1: llmlib/config.py's default and every config's
+    batch_scheduler_policy 'max_util'). A dict is a run's flags as its submission states them, with the KV dtype and
+    whether its tokens were streamed."""
+    knobs: dict = ({"chunked_prefill": round_ == CHUNKED_CONTEXTS, "reserve_output": False} if engine == "trtllm"
+                   else {})
     if isinstance(cfg, dict):
         return knobs | cfg
     if cfg is None:
