@@ -4,7 +4,10 @@ and `prefill attention` (a prompt's causal attention kernel against the same GEM
 benchmarks/README.md), and `fp8 GEMMs` (per-tensor FP8 GEMMs against the bf16 ones, weights of 64 MB or more,
 each bound fitted apart: a_bytes and a_flops of FP8 over bf16's, c_fp8 - c_bf16 a GEMM), and `weight reads` (the
 share of the HBM bandwidth at which GEMMs of decode shape, m <= 16, read weights of 64 MB or more, per dtype:
-latency = bytes / (f x bandwidth) + c).
+latency = bytes / (f x bandwidth) + c), and `block FP8` (the same two for FP8 weights scaled per 128 x 128 block,
+and the MoE kernels fitted per expert dtype by bound: bytes and FLOPs factors against the dense GEMMs' a).
+`--distribution` times the MoE kernels under skewed routing instead (AIConfigurator's own pricing: power law 1.2,
+DeepSeek's 1.01); the terms use balanced routing.
 
     pip install pyarrow   # to read the database's parquet files; not a dependency of llmbench
     python benchmarks/kernel_database.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
@@ -44,6 +47,7 @@ BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
 # `fp8 GEMMs` is fitted on GEMMs whose weights exceed the H100's 50 MB L2: a serving step streams every layer's
 # weights from HBM, while a micro-benchmark repeating one small GEMM finds its weights in L2
 STREAMED_BYTES = 64e6
+FP8_KINDS = ("fp8", "fp8_block")  # per-tensor scales; 128 x 128 weight blocks (DeepSeek's, Qwen3's -FP8)
 DECODE_ROWS = 16  # `weight reads`: GEMMs of up to this many rows spend a few per cent of their time on FLOPs
 
 
@@ -102,7 +106,11 @@ def weight_reads(gemms: pd.DataFrame, bandwidth: float) -> tuple[float, float, f
 @click.option("--gpu", "gpu_dir", default="h100_sxm", type=click.Choice(sorted(GPUS)), show_default=True)
 @click.option("--version", "versions", multiple=True, metavar="ENGINE=VERSION",
               help="Another collected version than the default (e.g. vllm=0.14.0 for the A100's).")
-def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
+@click.option("--distribution", default="balanced", show_default=True,
+              type=click.Choice(["balanced", "power_law_1.2", "power_law_1.01"]),
+              help="The expert routing the MoE kernels were timed under (AIConfigurator prices MoE models with "
+                   "power_law_1.2, DeepSeek's with power_law_1.01).")
+def main(root: Path, gpu_dir: str, versions: tuple[str, ...], distribution: str) -> None:
     g = catalog_gpu(GPUS[gpu_dir])
     eff = FAMILIES[g.family]
     peak = {"bfloat16": g.bf16_flops, "fp8": g.fp8_flops or g.bf16_flops, "fp8_block": g.fp8_flops or g.bf16_flops}
@@ -128,14 +136,18 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
         ad, cd, errd = fit(dense_roof, d.latency.to_numpy())
         click.echo(f"{engine} {version}: dense {len(d):,} GEMMs a {ad:.3f} c {cd * 1e3:.1f} µs ({errd:.1%})")
         streamed = d[weights(d) >= STREAMED_BYTES]
-        (bb, fb, cb, _), (b8, f8, c8, err8) = (by_bound(streamed[streamed.gemm_dtype == t], roofline)
-                                               for t in ("bfloat16", "fp8"))
-        click.echo(f"  fp8 GEMMs: {(streamed.gemm_dtype == 'fp8').sum():,} a_bytes {b8:.3f} a_flops {f8:.3f} c "
-                   f"{c8 * 1e3:.1f} µs ({err8:.1%}), bf16 {bb:.3f} {fb:.3f} {cb * 1e3:.1f} µs -> bytes x{b8 / bb:.2f}, "
-                   f"FLOPs x{f8 / fb:.2f}, {(c8 - cb) * 1e3:.1f} µs a GEMM")
-        for t in ("bfloat16", "fp8"):
-            f, c, err = weight_reads(d[d.gemm_dtype == t], g.bandwidth)
-            click.echo(f"  weight reads, {t}: {f:.3f} of the bandwidth, {c * 1e6:.1f} µs a GEMM ({err:.1%})")
+        bb, fb, cb, _ = by_bound(streamed[streamed.gemm_dtype == "bfloat16"], roofline)
+        for t in FP8_KINDS:
+            if not (streamed.gemm_dtype == t).any():
+                continue
+            b8, f8, c8, err8 = by_bound(streamed[streamed.gemm_dtype == t], roofline)
+            click.echo(f"  {t} GEMMs: {(streamed.gemm_dtype == t).sum():,} a_bytes {b8:.3f} a_flops {f8:.3f} c "
+                       f"{c8 * 1e3:.1f} µs ({err8:.1%}), bf16 {bb:.3f} {fb:.3f} {cb * 1e3:.1f} µs -> bytes "
+                       f"x{b8 / bb:.2f}, FLOPs x{f8 / fb:.2f}, {(c8 - cb) * 1e3:.1f} µs a GEMM")
+        for t in ("bfloat16", *FP8_KINDS):
+            if (d.gemm_dtype == t).any():
+                f, c, err = weight_reads(d[d.gemm_dtype == t], g.bandwidth)
+                click.echo(f"  weight reads, {t}: {f:.3f} of the bandwidth, {c * 1e6:.1f} µs a GEMM ({err:.1%})")
         if prompt_file.exists():
             p = pd.read_parquet(prompt_file)
             window = p.window_size if "window_size" in p else 0  # older collections have no sliding windows
@@ -148,18 +160,24 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...]) -> None:
             click.echo(f"  prefill attention: {big.sum():,} kernels a {a:.3f} c {c * 1e3:.1f} µs ({err:.1%}) -> "
                        f"factor {a / ad:.2f}")
         m = pd.read_parquet(moe_file)
-        m = m[(m.distribution == "balanced") & (m.moe_ep_size == 1) & (m.moe_tp_size <= 8)
+        m = m[(m.distribution == distribution) & (m.moe_ep_size == 1) & (m.moe_tp_size <= 8)
               & m.moe_dtype.isin(list(BYTES)) & m.kernel_source.str.contains(kernel) & ~non_gated(m)]
         if m.empty:
-            click.echo(f"  expert kernels: no balanced-routing {kernel} kernels without expert parallelism")
+            click.echo(f"  expert kernels: no {distribution}-routing {kernel} kernels without expert parallelism")
             continue
         inter = m.inter_size / m.moe_tp_size
         hit = m.num_experts * (1 - (1 - m.topk / m.num_experts) ** m.num_tokens)
-        moe_roof = roofline(hit * 3 * m.hidden_size * inter * m.moe_dtype.map(BYTES),
-                            2 * m.num_tokens * m.topk * 3 * m.hidden_size * inter, m.moe_dtype)
-        a, c, err = fit(moe_roof, m.latency.to_numpy())
-        click.echo(f"  expert kernels: {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs ({err:.1%}) -> factor "
-                   f"{a / ad:.2f}, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer per step")
+        read = hit * 3 * m.hidden_size * inter * m.moe_dtype.map(BYTES)
+        flops = 2 * m.num_tokens * m.topk * 3 * m.hidden_size * inter
+        a, c, err = fit(roofline(read, flops, m.moe_dtype), m.latency.to_numpy())
+        click.echo(f"  expert kernels ({distribution} routing): {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs "
+                   f"({err:.1%}) -> factor {a / ad:.2f}, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer per step")
+        for t in sorted(m.moe_dtype.unique()):
+            x = m.moe_dtype == t
+            ab, af, c, err = bounds_fit(roofline(read[x], 0 * flops[x], m.moe_dtype[x]),
+                                        roofline(0 * read[x], flops[x], m.moe_dtype[x]), m.latency[x].to_numpy())
+            click.echo(f"    {t}: {x.sum():,} kernels, bytes x{ab / ad:.2f}, FLOPs x{af / ad:.2f} of the dense "
+                       f"GEMMs' a, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer ({err:.1%})")
 
 
 if __name__ == "__main__":

@@ -276,3 +276,12 @@ def test_an_fp8_plan_names_its_gemms_and_where_attention_computes(tmp_path):
     assert "fp8 GEMMs" not in flat and "weight reads (bf16 weights of the dense GEMMs at 88% of the bandwidth" in flat
     flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "A100-80GB")[1].split())
     assert "weight reads" not in flat
+
+
+def test_a_block_fp8_plan_names_the_kernels_measured_for_blocks(tmp_path):
+    """Qwen's own -FP8 checkpoint scales per 128 x 128 block: the plan names the block kernels' figures (experts,
+    dense GEMMs, reads and their fixed cost), not the per-tensor ones."""
+    flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "Qwen/Qwen3-30B-A3B-FP8", "--gpu", "H100-SXM")[1].split())
+    assert "the routed block-FP8 experts' reads x1.06 and FLOPs x2.18 their roofline and 31.5 µs a MoE layer" in flat
+    assert "block FP8 GEMMs (FLOPs x1.40 their roofline" in flat and "fp8 GEMMs (FLOPs x1.62" not in flat
+    assert "weight reads (fp8 (128 x 128 blocks) weights of the dense GEMMs at 107% of the bandwidth (over 100 %" in flat

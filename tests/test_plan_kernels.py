@@ -1,6 +1,7 @@
 """Terms measured on GPU kernels (AIConfigurator's kernel database, benchmarks/kernel_database.py): `expert kernels`,
 `fp8 GEMMs`, `weight reads` and where attention computes; and the script that measures them."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -137,3 +138,49 @@ def test_attention_computes_at_the_kv_caches_peak():
     pairs = 32768**2 / 2  # a 32,768-token prompt's causal pairs: its attention FLOPs at half the rate
     extra = 4 * m.layers * m.heads * m.head_dim * pairs / (fixed.efficiency.mfu * H100.bf16_flops) / 2
     assert fixed.step_time(32768, 0, 0) - as_before.step_time(32768, 0, 0) == pytest.approx(extra, rel=0.01)
+
+
+def test_block_fp8_checkpoints_are_told_apart_by_name_and_by_config(tmp_path):
+    """Tail term `block FP8` needs to know a checkpoint scales its FP8 weights per 128 x 128 block: DeepSeek's and
+    Qwen's own -FP8 do, NVIDIA's and RedHat's -FP8 (per tensor, per channel) do not; a config.json says it with
+    `weight_block_size` or compressed-tensors' `block` strategy."""
+    named = {"Qwen/Qwen3-32B-FP8": True, "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": True,
+             "deepseek-ai/DeepSeek-R1-0528": True, "RedHatAI/Qwen3-32B-FP8-dynamic": False,
+             "nvidia/Llama-3.1-8B-Instruct-FP8": False, "Qwen/Qwen3-32B": False, "qwen3-32b-fp8": False}
+    assert {name: models.model(name).fp8_blocks for name in named} == named
+    base = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 3072,
+            "vocab_size": 1000}
+    group = {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}
+    channel = {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}
+    for quant, blocks in (({"quant_method": "fp8", "weight_block_size": [128, 128]}, True),
+                          ({"quant_method": "fp8"}, False),
+                          ({"quant_method": "compressed-tensors", "config_groups": group}, True),
+                          ({"quant_method": "compressed-tensors", "config_groups": channel}, False), (None, False)):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(base | ({"quantization_config": quant} if quant else {})))
+        assert models.model(str(folder)).fp8_blocks is blocks, quant
+
+
+def test_block_fp8_costs_its_own_measured_kernels_on_hopper():
+    """Tail term `block FP8`: a block-scaled FP8 checkpoint on Hopper costs the kernels measured for it, not the
+    per-tensor ones: vLLM's dense GEMMs compute at x1.40 (not x1.62) and pay 36.6 µs a GEMM to read (its activations
+    are quantized per token group first), and its routed experts compute at x2.18 their roofline (not x1.16); an
+    A100 (no FP8 tensor cores) and a per-tensor checkpoint keep today's terms."""
+    vllm = profile("vllm")
+    dense = models.model("Qwen/Qwen3-32B-FP8")
+    block, tensor = (RooflineModel(m, H100, weight_dtype="fp8", engine=vllm)
+                     for m in (dense, replace(dense, fp8_blocks=False)))
+    assert block.block_fp8 and not tensor.block_fp8
+    assert block.weight_reads == (1.071, 36.6e-6) and tensor.weight_reads == (0.860, 9.7e-6)
+    assert block.step_time(8192, 0, 0) < 0.95 * tensor.step_time(8192, 0, 0)  # FLOPs x1.40 against x1.62
+    decode = block.step_time(0, 8, 8000) - tensor.step_time(0, 8, 8000)
+    assert decode > 0.5 * dense.dense_gemms * (36.6e-6 - 9.7e-6)  # the fixed cost a GEMM outweighs the faster read
+    moe = models.model("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8")
+    block, tensor = (RooflineModel(m, H100, 4, "fp8", engine=vllm) for m in (moe, replace(moe, fp8_blocks=False)))
+    assert block.step_time(8192, 0, 0) > 1.15 * tensor.step_time(8192, 0, 0)  # experts: FLOPs x2.18, not x1.16
+    a100 = gpus.gpu("A100-80GB")
+    assert RooflineModel(moe, a100, 4, "fp8", engine=vllm).step_time(8192, 0, 0) == RooflineModel(
+        replace(moe, fp8_blocks=False), a100, 4, "fp8", engine=vllm).step_time(8192, 0, 0)
+    assert not RooflineModel(moe, H100, 4, "bf16", engine=vllm).block_fp8  # bf16 weights: no FP8 kernels at all

@@ -71,15 +71,17 @@ DENSE_RANDOM = [
 ]
 
 
-PAGES = {SOURCE: ("qwen3-235b-a22b", "Qwen3-235B-A22B", SERVERS),
-         DENSE_SOURCE: ("qwen3-14b", "Qwen3-14B", DENSE_SERVERS)}  # page -> model, its name, the page's servers
+# page -> model, its name, the page's servers, the FP8 checkpoint its FP8 servers load (Qwen's own: 128 x 128 blocks)
+PAGES = {SOURCE: ("qwen3-235b-a22b", "Qwen3-235B-A22B", SERVERS, "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"),
+         DENSE_SOURCE: ("qwen3-14b", "Qwen3-14B", DENSE_SERVERS, "Qwen/Qwen3-14B-FP8")}
 
 
 def _case(page: str, server: str, workload: str, figures: tuple, **shape) -> Case:
-    model, name, servers = PAGES[page]
+    model, name, servers, fp8_checkpoint = PAGES[page]
     engine, tp, dtype, knobs = servers[server]
     return Case("G", f"G: {name} {server}, {tp}xH100, {workload}, all at once", model, "H100-SXM", tp, engine, "max",
-                0, dict(zip(METRICS, figures, strict=True)), dtype, "bf16", knobs=knobs, source=page, **shape)
+                0, dict(zip(METRICS, figures, strict=True)), dtype, "bf16", knobs=knobs, source=page,
+                checkpoint=fp8_checkpoint if dtype == "fp8" else "", **shape)
 
 
 SHAREGPT_RUNS = ((SOURCE, SHAREGPT), (DENSE_SOURCE, DENSE_SHAREGPT))

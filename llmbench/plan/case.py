@@ -30,3 +30,4 @@ class Case:
     prefix_hit_rate: float = 0.0  # share of each prompt the server's prefix cache holds, as the source ran it
     streamed: bool = True  # measured by an HTTP client streaming every token (False: MLPerf LoadGen, trtllm-bench)
     batcher: tuple[int, float] | None = None  # a harness's (batch size, seconds) between arrivals and replicas
+    checkpoint: str = ""  # the checkpoint as the source names it, where its format matters (Qwen's -FP8: blocks)

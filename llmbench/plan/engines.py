@@ -41,12 +41,20 @@ STREAM_TOKEN_COST = 87e-6
 # weight reads bf16 0.854 / 4.9 µs, fp8 0.845 / 14.6 µs): its speed is the tuning-chosen `mfu_scale` and
 # `mbu_scale`, and with the kernels' values on top its tuning rows ran slow (objective 4.48 -> 5.24 for the FP8
 # factor, -> 4.59 for the weight reads); vLLM's and SGLang's had nothing but the family prior.
+# Tail term `block FP8`, measured the same way: checkpoints whose FP8 weights are scaled per 128 x 128 block
+# (DeepSeek's, Qwen's -FP8) run other kernels than per-tensor FP8: dense GEMMs (weights of 64 MB or more) at
+# FLOPs x fb of bf16's and decode-shaped reads at their own share and fixed cost (vLLM's take 36.6 µs a GEMM: its
+# activations are quantized per token group before every GEMM); routed experts at bytes x eb and FLOPs x ef of the
+# dense GEMMs' efficiency (balanced routing, as `expert kernels`), plus c_moe - 2 c_dense a MoE layer.
+# TensorRT-LLM's dense figures (FLOPs x1.60, reads 0.888 / 9.9 µs) are measured and not applied, as above.
 KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_flops_factor": f8,
-                  "read_bf16": rb, "gemm_fixed_bf16": cb, "read_fp8": r8, "gemm_fixed_fp8": c8}
-           for name, factor, fixed, f8, rb, cb, r8, c8 in (
-               ("vllm", 1.16, 23.0e-6, 1.62, 0.878, 3.7e-6, 0.860, 9.7e-6),
-               ("sglang", 1.18, 11.9e-6, 1.48, 0.854, 4.0e-6, 0.828, 7.3e-6),
-               ("trtllm", 1.12, 26.9e-6, 1.0, 0.0, 0.0, 0.0, 0.0))}
+                  "read_bf16": rb, "gemm_fixed_bf16": cb, "read_fp8": r8, "gemm_fixed_fp8": c8,
+                  "block_flops_factor": fb, "read_fp8_block": rk, "gemm_fixed_fp8_block": ck,
+                  "block_expert_bytes": eb, "block_expert_flops": ef, "block_expert_layer_overhead": ec}
+           for name, factor, fixed, f8, rb, cb, r8, c8, fb, rk, ck, eb, ef, ec in (
+               ("vllm", 1.16, 23.0e-6, 1.62, 0.878, 3.7e-6, 0.860, 9.7e-6, 1.40, 1.071, 36.6e-6, 1.06, 2.18, 31.5e-6),
+               ("sglang", 1.18, 11.9e-6, 1.48, 0.854, 4.0e-6, 0.828, 7.3e-6, 1.31, 0.843, 6.7e-6, 1.01, 1.85, 17.7e-6),
+               ("trtllm", 1.12, 26.9e-6, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.12, 2.09, 38.9e-6))}
 
 
 # vLLM's fixed costs up to 0.7 (V0), and wherever V0 runs later (VLLM_USE_V1=0): BLIS's fit
@@ -89,6 +97,12 @@ class EngineProfile:
     gemm_fixed_bf16: float = 0.0  # seconds a dense bf16 GEMM a step (tail term `weight reads`)
     read_fp8: float = 0.0  # the same for FP8 weights
     gemm_fixed_fp8: float = 0.0
+    block_flops_factor: float = 1.0  # the same three for FP8 in 128 x 128 blocks (tail term `block FP8`)
+    read_fp8_block: float = 0.0
+    gemm_fixed_fp8_block: float = 0.0
+    block_expert_bytes: float = 1.0  # block-FP8 routed experts' reads and FLOPs against the roofline (`block FP8`)
+    block_expert_flops: float = 1.0
+    block_expert_layer_overhead: float = 0.0
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 

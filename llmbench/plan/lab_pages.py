@@ -78,7 +78,7 @@ def _case(page: str, command: str, workload: str, shape: tuple, figures: tuple) 
     return Case("L", what, spec.name, gpu, tp, engine, "concurrency" if closed else "max",
                 int(closed.group(1)) if closed else 0, dict(zip(METRICS, figures, strict=True)),
                 spec.checkpoint_dtype, "bf16", requests=n, knobs=knobs,
-                source=f"gpustack/gpustack:docs/performance-lab/{page}.md", **lengths)
+                source=f"gpustack/gpustack:docs/performance-lab/{page}.md", checkpoint=checkpoint, **lengths)
 
 
 CASES = [_case(page, command, workload, shape, figures) for page, command, runs in RUNS

@@ -86,6 +86,15 @@ def checkpoint_dtype(cfg: dict) -> str:
     return {4: "int4", 8: "int8"}.get(bits, "bf16") if method in ("awq", "gptq", "compressed-tensors") else "bf16"
 
 
+def fp8_blocks(cfg: dict) -> bool:
+    """Whether FP8 weights are scaled per block (`weight_block_size`, DeepSeek's and Qwen's; compressed-tensors'
+    `block` strategy, llm-compressor's FP8_BLOCK) rather than per tensor or channel."""
+    quant = cfg.get("quantization_config") or {}
+    groups = (quant.get("config_groups") or {}).values()
+    return checkpoint_dtype(cfg) == "fp8" and (bool(quant.get("weight_block_size")) or any(
+        (g.get("weights") or {}).get("strategy") == "block" for g in groups))
+
+
 def _llama(path: Path, cfg: dict) -> ModelSpec:
     """Llama, Mistral, Qwen2/2.5/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3, gpt-oss, GLM-4.x, Gemma, Phi: one
     layout, each family's own names for the MoE fields; the dense layers of an MoE model (DeepSeek's and
@@ -107,6 +116,7 @@ def _llama(path: Path, cfg: dict) -> ModelSpec:
         moe_ffn=cfg.get("moe_intermediate_size"), dense_layers=dense,
         sliding_window=cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
         max_positions=cfg.get("max_position_embeddings", 4096), checkpoint_dtype=checkpoint_dtype(cfg),
+        fp8_blocks=fp8_blocks(cfg),
     )
     if cfg.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3): low-rank q and kv projections
         h, rope, nope = cfg["hidden_size"], cfg.get("qk_rope_head_dim", 64), cfg.get("qk_nope_head_dim", 128)

@@ -34,6 +34,7 @@ class ModelSpec:
     sliding_window: int | None = None
     max_positions: int = 4096
     checkpoint_dtype: str = "bf16"  # the weights as the published checkpoint ships them: the default --weight-dtype
+    fp8_blocks: bool = False  # FP8 weights scaled per 128 x 128 block, not per tensor (tail term `block FP8`)
 
     @cached_property
     def params(self) -> float:

@@ -62,7 +62,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
               shared_experts=1, moe_ffn=1536, dense_layers=3, max_positions=131072),
     ModelSpec("deepseek-v3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8, shared_experts=1,
               moe_ffn=2048, dense_layers=3, mla_kv_dim=512 + 64, total_params=671e9,
-              active_params_published=37e9, max_positions=163840, checkpoint_dtype="fp8"),
+              active_params_published=37e9, max_positions=163840, checkpoint_dtype="fp8", fp8_blocks=True),
     _plain("opt-13b", 40, 5120, 40, 20480, 50272, tied=True, linear_bias=True, learned_positions=2050,
            max_positions=2048),
     _plain("opt-30b", 48, 7168, 56, 28672, 50272, tied=True, linear_bias=True, learned_positions=2050,
@@ -73,6 +73,9 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 # a quantized checkpoint's name: its model's layout, the weights in the format the suffix says
 QUANT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "int4"), ("-awq", "int4"),
                   ("-gptq-int4", "int4"), ("-gptq-int8", "int8"), ("-w4a16", "int4"), ("-w8a8", "int8"))
+# publishers whose own -FP8 checkpoints scale per 128 x 128 block (Qwen's model cards: "fine-grained fp8
+# quantization with block size of 128"; DeepSeek's ship that way); others' (NVIDIA's, RedHat's) per tensor or channel
+BLOCK_FP8_PUBLISHERS = ("qwen", "deepseek-ai")
 # the same architecture under another checkpoint's name: R1 and V3.1 are V3's layout, the -Instruct-2507 updates
 # keep their model's, and fine-tunes keep their base's (DeepSeek-R1's README: the distilled models' bases are
 # Llama-3.1-8B, Llama-3.3-70B-Instruct, Qwen2.5-14B and -32B, Qwen2.5-Math-7B, Qwen2.5-7B's layout; QwQ-32B and
@@ -98,12 +101,15 @@ def model(name_or_path: str) -> ModelSpec:
     if name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1:
         raise KeyError(f"{name_or_path!r} is a path with no config.json (a checkpoint folder or its config.json, or "
                        "a catalog model or Hugging Face id such as Qwen/Qwen3-8B)")
-    key = name_or_path.lower().rpartition("/")[2]  # a Hugging Face id's repository name, whoever publishes it
+    publisher, _, key = name_or_path.lower().rpartition("/")  # a Hugging Face id's repository name, whoever publishes it
     key = key.replace("-instruct", "").replace("meta-", "").replace("-v0.1", "").replace("-hf", "").replace("-chat", "")
     shipped = next(((suffix, dtype) for suffix, dtype in QUANT_SUFFIXES if key.endswith(suffix)), None)
     if shipped:
         key = key.removesuffix(shipped[0])
     key = ALIASES.get(key, key)
     if key in MODELS:
-        return replace(MODELS[key], checkpoint_dtype=shipped[1]) if shipped else MODELS[key]
+        if not shipped:
+            return MODELS[key]
+        blocks = shipped[0] == "-fp8" and publisher in BLOCK_FP8_PUBLISHERS
+        return replace(MODELS[key], checkpoint_dtype=shipped[1], fp8_blocks=blocks)
     raise KeyError(f"unknown model {name_or_path!r}; known: {', '.join(MODELS)}, or a path to a config.json")

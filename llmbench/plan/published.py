@@ -91,7 +91,7 @@ def sharegpt_row_a(base: Workload) -> Workload:
 
 
 def predict(case: Case, sharegpt: Workload | None) -> dict:
-    model, gpu = models.model(case.model), gpus.gpu(case.gpu)
+    model, gpu = models.model(case.checkpoint or case.model), gpus.gpu(case.gpu)
     engine = engines.profile(case.engine, gpu).with_knobs(**case.knobs)
     if not case.streamed:
         engine = engine.with_knobs(stream_token_cost=0.0)

@@ -182,10 +182,14 @@ def expert_kernels_note(roof: RooflineModel) -> str:
     m, e = roof.model, roof.engine
     if m.experts <= 1 or not roof.gpu.cuda_graphs:
         return ""
-    return (f"expert kernels (the routed experts' GEMMs x{e.expert_factor:.2f} their roofline and "
-            f"{e.expert_layer_overhead * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "
-            f"{e.expert_layer_overhead * m.moe_layers * 1e3:.2f} ms a step more; {e.name}'s fused MoE kernels against "
-            "its dense GEMMs in AIConfigurator's H100 kernel database); ")
+    if roof.block_fp8:  # tail term `block FP8`
+        cost, fixed = (f"block-FP8 experts' reads x{e.block_expert_bytes:.2f} and FLOPs x{e.block_expert_flops:.2f} "
+                       "their roofline"), e.block_expert_layer_overhead
+    else:
+        cost, fixed = f"experts' GEMMs x{e.expert_factor:.2f} their roofline", e.expert_layer_overhead
+    return (f"expert kernels (the routed {cost} and {fixed * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "
+            f"{fixed * m.moe_layers * 1e3:.2f} ms a step more; {e.name}'s fused MoE kernels against its dense GEMMs "
+            "in AIConfigurator's H100 kernel database); ")
 
 
 def fp8_note(roof: RooflineModel) -> str:
@@ -193,9 +197,10 @@ def fp8_note(roof: RooflineModel) -> str:
     e = roof.engine
     if not roof.fp8_gemms:
         return ""
-    gemms = (f"fp8 GEMMs (FLOPs x{e.fp8_flops_factor:.2f} their roofline: {e.name}'s FP8 GEMMs against its bf16 ones "
-             "in AIConfigurator's H100 kernel database)" if e.fp8_flops_factor != 1.0 else
-             f"fp8 GEMMs not charged ({e.name}'s FP8 speed is its tuned prior)")
+    kind, factor = ("block FP8 GEMMs", e.block_flops_factor) if roof.block_fp8 else ("fp8 GEMMs", e.fp8_flops_factor)
+    gemms = (f"{kind} (FLOPs x{factor:.2f} their roofline: {e.name}'s {kind} against its bf16 ones in "
+             "AIConfigurator's H100 kernel database)" if factor != 1.0 else
+             f"{kind} not charged ({e.name}'s FP8 speed is its tuned prior)")
     dtype = "FP8" if roof.attention_peak == roof.peak_flops else "bf16"
     return f"{gemms}; attention at the {dtype} peak (the KV cache's dtype); "
 
@@ -209,6 +214,8 @@ def weight_reads_note(roof: RooflineModel) -> str:
         return (f"weight reads at the MBU prior ({e.name}'s {roof.weight_dtype} GEMMs: its tuned prior or not "
                 "timed); ")
     share, fixed = reads
-    return (f"weight reads ({roof.weight_dtype} weights of the dense GEMMs at {share:.0%} of the bandwidth and "
+    dtype = "fp8 (128 x 128 blocks)" if roof.block_fp8 else roof.weight_dtype
+    over = " (over 100 %: their fixed cost, not the read, carries the time)" if share > 1 else ""
+    return (f"weight reads ({dtype} weights of the dense GEMMs at {share:.0%} of the bandwidth{over} and "
             f"{fixed * 1e6:.1f} µs a GEMM, {roof.model.dense_gemms} a step: {e.name}'s GEMMs of decode shape in "
             "AIConfigurator's H100 kernel database); ")

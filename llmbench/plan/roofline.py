@@ -122,6 +122,11 @@ class RooflineModel:
         return self.weight_dtype == "fp8" and self.timed_gpu
 
     @cached_property
+    def block_fp8(self) -> bool:
+        """Whether tail term `block FP8` applies: FP8 weights scaled per 128 x 128 block on the timed GPU family."""
+        return self.fp8_gemms and self.model.fp8_blocks
+
+    @cached_property
     def weight_reads(self) -> tuple[float, float] | None:
         """Tail term `weight reads`: (share of the HBM bandwidth, seconds a GEMM) of the engine's dense GEMMs for
         this checkpoint's dtype on the GPU family they were timed on; None where the term does not apply."""
@@ -129,7 +134,8 @@ class RooflineModel:
             return None
         e = self.engine
         share, fixed = {"bf16": (e.read_bf16, e.gemm_fixed_bf16), "fp16": (e.read_bf16, e.gemm_fixed_bf16),
-                        "fp8": (e.read_fp8, e.gemm_fixed_fp8)}.get(self.weight_dtype, (0.0, 0.0))
+                        "fp8": (e.read_fp8_block, e.gemm_fixed_fp8_block) if self.block_fp8 else (
+                            e.read_fp8, e.gemm_fixed_fp8)}.get(self.weight_dtype, (0.0, 0.0))
         return (share, fixed) if share else None
 
     @cached_property
@@ -189,13 +195,16 @@ class RooflineModel:
         flop_rate = eff.mfu * e.mfu_scale * self.peak_flops / self.prefill_scale
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
         routed_bytes = routed_flops = 0.0  # the routed experts' part of the GEMMs, as charged
+        block = self.block_fp8  # tail term `block FP8`: its own factors for experts and dense GEMMs
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
             read, flops = self.weight_bytes * routed_read / m.params, 2 * m.routed_active_params * rows
-            touched += (e.expert_factor - 1) * read
-            linear_flops += (e.expert_factor - 1) * flops
-            routed_bytes, routed_flops = e.expert_factor * read, e.expert_factor * flops
+            by_bytes, by_flops = (e.block_expert_bytes, e.block_expert_flops) if block else (e.expert_factor,) * 2
+            touched += (by_bytes - 1) * read
+            linear_flops += (by_flops - 1) * flops
+            routed_bytes, routed_flops = by_bytes * read, by_flops * flops
         if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs' FLOPs at the engine's factor
-            linear_flops += (e.fp8_flops_factor - 1) * (linear_flops - routed_flops)
+            factor = e.block_flops_factor if block else e.fp8_flops_factor
+            linear_flops += (factor - 1) * (linear_flops - routed_flops)
         weights, reads = touched / byte_rate, self.weight_reads
         if reads:  # tail term `weight reads`: the dense GEMMs stream their weights at the engine's measured share
             dense = touched - routed_bytes
@@ -207,7 +216,8 @@ class RooflineModel:
                          self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = (e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
-                    + (e.expert_layer_overhead * m.moe_layers if gpu_kernels else 0.0)
+                    + ((e.block_expert_layer_overhead if block else e.expert_layer_overhead) * m.moe_layers
+                       if gpu_kernels else 0.0)
                     + (reads[1] * m.dense_gemms if reads else 0.0))
         engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`
