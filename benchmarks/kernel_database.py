@@ -10,7 +10,7 @@ and the MoE kernels fitted per expert dtype by bound: bytes and FLOPs factors ag
 DeepSeek's 1.01); the terms use balanced routing.
 
     pip install pyarrow   # to read the database's parquet files; not a dependency of llmbench
-    python benchmarks/kernel_database.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm]
+    python benchmarks/kernel_database.py --aic PATH/TO/aiconfigurator [--gpu h100_sxm] [--distribution balanced]
 
 Reads AIConfigurator's kernel database (github.com/ai-dynamo/aiconfigurator, `systems/data/<gpu>/{moe,gemm,
 attention}/<engine>/<version>/*_perf.parquet`: latencies its collectors timed on the GPU under CUDA-graph replay,

@@ -153,11 +153,11 @@ def test_block_fp8_checkpoints_are_told_apart_by_name_and_by_config(tmp_path):
             "vocab_size": 1000}
     group = {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}
     channel = {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}
-    for quant, blocks in (({"quant_method": "fp8", "weight_block_size": [128, 128]}, True),
-                          ({"quant_method": "fp8"}, False),
-                          ({"quant_method": "compressed-tensors", "config_groups": group}, True),
-                          ({"quant_method": "compressed-tensors", "config_groups": channel}, False), (None, False)):
-        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+    cases = (({"quant_method": "fp8", "weight_block_size": [128, 128]}, True), ({"quant_method": "fp8"}, False),
+             ({"quant_method": "compressed-tensors", "config_groups": group}, True),
+             ({"quant_method": "compressed-tensors", "config_groups": channel}, False), (None, False))
+    for i, (quant, blocks) in enumerate(cases):
+        folder = tmp_path / str(i)
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps(base | ({"quantization_config": quant} if quant else {})))
         assert models.model(str(folder)).fp8_blocks is blocks, quant
