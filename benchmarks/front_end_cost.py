@@ -85,6 +85,32 @@ class Sampler(threading.Thread):
         return out | {"seconds": last[0] - first[0]}
 
 
+PINNED_ENV = {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+              "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def serve_pinned(vllm_bin: str, model: str, log: Path, *flags: str, port: int | None = None,
+                 env: dict | None = None) -> tuple[subprocess.Popen, str, dict]:
+    """vLLM-CPU serving `model` on core 1, its worker's threads on core 0, once healthy: (the server, its URL, its
+    environment). Stop it with `os.killpg(server.pid, 15)`."""
+    env = os.environ | PINNED_ENV | (env or {})
+    url = f"http://127.0.0.1:{port or free_port()}"
+    server = subprocess.Popen(["taskset", "-c", "1", vllm_bin, "serve", model, "--dtype", "float32",
+                               "--max-model-len", "2048", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1],
+                               *flags], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1)
+            return server, url, env
+        except OSError:
+            if server.poll() is not None:
+                raise click.ClickException(f"vLLM exited ({server.returncode}); its log: {log}") from None
+            time.sleep(1)
+    os.killpg(server.pid, 15)
+    raise click.ClickException(f"vLLM did not answer /health within 300 s; its log: {log}")
+
+
 @click.command()
 @click.option("--vllm", "vllm_bin", required=True, help="The `vllm` executable of a vllm-cpu environment.")
 @click.option("--model", default=str(Path.home() / ".cache/llmbench/models/llmbench-small"), show_default=True)
@@ -92,26 +118,11 @@ class Sampler(threading.Thread):
 @click.option("--chat", is_flag=True, help="Drive /v1/chat/completions (the model's chat template) instead of "
                                             "/v1/completions.")
 def main(vllm_bin: str, model: str, port: int | None, chat: bool) -> None:
-    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "4", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                        "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
     log = Path(tempfile.mkdtemp()) / "vllm.log"
-    server = subprocess.Popen(["taskset", "-c", "1", vllm_bin, "serve", model, "--dtype", "float32",
-                               "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    server, url, env = serve_pinned(vllm_bin, model, log, port=port)
     sampler = Sampler()
     rows = {}
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=1)
-                break
-            except OSError:
-                if server.poll() is not None:
-                    raise click.ClickException(f"vLLM exited ({server.returncode}); its log: {log}") from None
-                time.sleep(1)
         sampler.start()
         with tempfile.TemporaryDirectory() as tmp:
             for seed, (name, n, out) in enumerate(RUNS, 48):

@@ -5,7 +5,9 @@ benchmarks/README.md), and `fp8 GEMMs` (per-tensor FP8 GEMMs against the bf16 on
 each bound fitted apart: a_bytes and a_flops of FP8 over bf16's, c_fp8 - c_bf16 a GEMM), and `weight reads` (the
 share of the HBM bandwidth at which GEMMs of decode shape, m <= 16, read weights of 64 MB or more, per dtype:
 latency = bytes / (f x bandwidth) + c), and `block FP8` (the same two for FP8 weights scaled per 128 x 128 block,
-and the MoE kernels fitted per expert dtype by bound: bytes and FLOPs factors against the dense GEMMs' a).
+and the MoE kernels fitted per expert dtype by bound: bytes and FLOPs factors against the dense GEMMs' a), and the
+`knee` (each bound of the streamed GEMMs at its own measured efficiency, then those near their ridge put to the
+p-norm of the two for p from 1, the sum, to infinity, the max).
 `--distribution` times the MoE kernels under skewed routing instead (AIConfigurator's own pricing: power law 1.2,
 DeepSeek's 1.01); the terms use balanced routing.
 
@@ -30,6 +32,7 @@ Nothing here is fitted on serving results.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -49,6 +52,8 @@ BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
 STREAMED_BYTES = 64e6
 FP8_KINDS = ("fp8", "fp8_block")  # per-tensor scales; 128 x 128 weight blocks (DeepSeek's, Qwen3's -FP8)
 DECODE_ROWS = 16  # `weight reads`: GEMMs of up to this many rows spend a few per cent of their time on FLOPs
+KNEE_PS = (1.0, 1.5, 2.0, 3.0, math.inf)  # `knee`: how two bounds meet, from their sum to their max
+RIDGE = 2.0  # `knee`: GEMMs whose two bounds are within this factor of each other
 
 
 def non_gated(m: pd.DataFrame) -> pd.Series:
@@ -100,6 +105,25 @@ def weight_reads(gemms: pd.DataFrame, bandwidth: float) -> tuple[float, float, f
     return 1 / a, c, err
 
 
+def knee_errors(gemms: pd.DataFrame, bandwidth: float, peak: float) -> tuple[float, float, float, dict]:
+    """`knee` on GEMMs whose weights stream from HBM, each bound at its own measured efficiency: the reads fitted on
+    decode shapes (latency = bytes / (f x bandwidth) + c), the FLOPs on GEMMs four times past their ridge (latency
+    = FLOPs / (e x peak) + c'); the GEMMs within RIDGE of their ridge then put to c + the p-norm of the two;
+    (f, c in seconds, e, {p: median signed relative error})."""
+    g = gemms[weights(gemms) >= STREAMED_BYTES]
+    read = ((weights(g) + g.m * g.k * g.gemm_dtype.map(BYTES) + 2 * g.m * g.n) / bandwidth).to_numpy()
+    flops = (2 * g.m * g.n * g.k / peak).to_numpy()
+    latency = g.latency.to_numpy() * 1e-3
+    slow, fast = (g.m <= DECODE_ROWS).to_numpy(), flops > 4 * read
+    a_read, c, _ = relative_fit(latency[slow], read[slow])
+    a_flops, _, _ = relative_fit(latency[fast], flops[fast])
+    near = (flops > read / RIDGE) & (flops < read * RIDGE)
+    b, f = a_read * read[near], a_flops * flops[near]
+    errors = {p: float(np.median((c + (np.maximum(b, f) if math.isinf(p) else (b**p + f**p) ** (1 / p)))
+                                 / latency[near] - 1)) for p in KNEE_PS}
+    return 1 / a_read, c, 1 / a_flops, errors
+
+
 @click.command()
 @click.option("--aic", "root", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A checkout of ai-dynamo/aiconfigurator.")
@@ -148,6 +172,10 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...], distribution: str)
             if (d.gemm_dtype == t).any():
                 f, c, err = weight_reads(d[d.gemm_dtype == t], g.bandwidth)
                 click.echo(f"  weight reads, {t}: {f:.3f} of the bandwidth, {c * 1e6:.1f} µs a GEMM ({err:.1%})")
+                f, c, e, errors = knee_errors(d[d.gemm_dtype == t], g.bandwidth, peak[t])
+                click.echo(f"  knee, {t}: reads at {f:.2f} of the bandwidth + {c * 1e6:.1f} µs, FLOPs at {e:.2f} of the "
+                           "peak; within 2x of the ridge, median error with p = "
+                           + ", ".join(f"{p:g}: {x:+.0%}" for p, x in errors.items()))
         if prompt_file.exists():
             p = pd.read_parquet(prompt_file)
             window = p.window_size if "window_size" in p else 0  # older collections have no sliding windows

@@ -285,3 +285,13 @@ def test_a_block_fp8_plan_names_the_kernels_measured_for_blocks(tmp_path):
     assert "the routed block-FP8 experts' reads x1.06 and FLOPs x2.18 their roofline and 31.5 µs a MoE layer" in flat
     assert "block FP8 GEMMs (FLOPs x1.40 their roofline" in flat and "fp8 GEMMs (FLOPs x1.62" not in flat
     assert "weight reads (fp8 (128 x 128 blocks) weights of the dense GEMMs at 107% of the bandwidth (over 100 %" in flat
+
+
+def test_a_plan_names_the_front_ends_ingest(tmp_path):
+    """Tail term `front-end ingest` is in every plan's notes, with the measured figures."""
+    from llmbench.plan.ingest import INGEST_COST, INGEST_PARSE_SHARE
+
+    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    flat = " ".join(text.split())
+    assert (f"front-end ingest (the API server parses every request of a burst before it renders any for the engine: "
+            f"{INGEST_COST * 1e3:.2f} ms a request, {INGEST_PARSE_SHARE:.0%} of it parsing)") in flat

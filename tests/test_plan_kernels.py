@@ -2,6 +2,7 @@
 `fp8 GEMMs`, `weight reads` and where attention computes; and the script that measures them."""
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llmbench.plan import gpus, models
-from llmbench.plan.engines import KERNELS, profile
+from llmbench.plan.engines import KERNELS, Experts, Gemms, profile
 from llmbench.plan.roofline import RooflineModel
 
 H100 = gpus.gpu("H100-SXM")
@@ -19,9 +20,9 @@ def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
     """Tail term `expert kernels`: a step of an MoE model pays the engine's factor on its routed experts' roofline
     and a fixed time per MoE layer; a dense model's step is untouched."""
     m, vllm = models.model("qwen3-235b-a22b"), profile("vllm")
-    plain = replace(vllm, expert_factor=1.0, expert_layer_overhead=0.0)
+    plain = replace(vllm, kernels=replace(vllm.kernels, experts=Experts()))
     with_term, without = RooflineModel(m, H100, tp=8, engine=vllm), RooflineModel(m, H100, tp=8, engine=plain)
-    fixed = KERNELS["vllm"]["expert_layer_overhead"] * m.moe_layers
+    fixed = KERNELS["vllm"].experts.layer_overhead * m.moe_layers
     assert m.moe_layers == 94 and fixed == pytest.approx(2.16e-3, rel=0.01)
     one = with_term.step_time(0, 1, 1000) - without.step_time(0, 1, 1000)
     assert fixed < one < fixed + 0.16 * without.step_time(0, 1, 1000)  # plus 16 % of the experts' read
@@ -73,12 +74,12 @@ def test_fp8_gemms_cost_vllm_and_sglang_their_measured_flops_factor_on_hopper():
     FLOPs (a prompt's bound); TensorRT-LLM (its FP8 speed is its tuned prior), a bf16 checkpoint, an A100 (no FP8
     tensor cores) and a `--gpu-spec` CPU are untouched, and an MoE model's routed experts keep their own term."""
     m, vllm = models.model("llama-3.1-8b"), profile("vllm")
-    plain = replace(vllm, fp8_flops_factor=1.0)
+    plain = replace(vllm, kernels=replace(vllm.kernels, fp8=replace(vllm.kernels.fp8, flops=1.0)))
     term, none = (RooflineModel(m, H100, weight_dtype="fp8", engine=e) for e in (vllm, plain))
-    assert term.fp8_gemms and KERNELS["vllm"]["fp8_flops_factor"] == 1.62
+    assert term.fp8_gemms and KERNELS["vllm"].fp8.flops == 1.62
     assert 1.4 < term.step_time(8192, 0, 0) / none.step_time(8192, 0, 0) < 1.62  # GEMM FLOPs: most of a prompt
     assert 1.0 < term.step_time(0, 1, 1000) / none.step_time(0, 1, 1000) < 1.01  # a decode reads, it hardly computes
-    assert profile("sglang").fp8_flops_factor == 1.48 and profile("trtllm").fp8_flops_factor == 1.0
+    assert profile("sglang").kernels.fp8.flops == 1.48 and profile("trtllm").kernels.fp8.flops == 1.0
     for g, dtype in ((H100, "bf16"), (gpus.gpu("A100-80GB"), "fp8"), (replace(H100, cuda_graphs=False), "fp8")):
         assert RooflineModel(m, g, weight_dtype=dtype, engine=vllm).step_time(8192, 0, 0) == RooflineModel(
             m, g, weight_dtype=dtype, engine=plain).step_time(8192, 0, 0), (g.name, dtype)
@@ -93,7 +94,7 @@ def test_weight_reads_stream_dense_weights_at_the_measured_share_on_hopper():
     time a GEMM; TensorRT-LLM (its tuned prior), an A100, a `--gpu-spec` CPU and int4 weights keep the prior, and an
     MoE model's routed experts keep theirs."""
     m, vllm = models.model("llama-3.1-8b"), profile("vllm")
-    plain = replace(vllm, read_bf16=0.0, read_fp8=0.0)
+    plain = replace(vllm, kernels=replace(vllm.kernels, bf16=Gemms(), fp8=replace(vllm.kernels.fp8, read=0.0)))
     prior = 0.60 * H100.bandwidth
     for dtype, share, fixed in (("bf16", 0.878, 3.7e-6), ("fp8", 0.860, 9.7e-6)):
         term, none = (RooflineModel(m, H100, weight_dtype=dtype, engine=e) for e in (vllm, plain))
@@ -103,7 +104,7 @@ def test_weight_reads_stream_dense_weights_at_the_measured_share_on_hopper():
         assert term.step_time(0, 1, 1000) - none.step_time(0, 1, 1000) == pytest.approx(expected, rel=1e-9)
     bf16 = (RooflineModel(m, H100, engine=e).step_time(0, 1, 1000) for e in (vllm, plain))
     assert next(bf16) < 0.8 * next(bf16)  # a decode is its weight reads; an FP8 one of 8B pays them back in 128 GEMMs
-    assert profile("sglang").read_bf16 == 0.854 and profile("lmdeploy").read_bf16 == 0.0
+    assert profile("sglang").kernels.bf16.read == 0.854 and profile("lmdeploy").kernels.bf16.read == 0.0
     for g, dtype, e in ((H100, "bf16", profile("trtllm")), (gpus.gpu("A100-80GB"), "bf16", vllm),
                         (replace(H100, cuda_graphs=False), "bf16", vllm), (H100, "int4", vllm)):
         assert RooflineModel(m, g, weight_dtype=dtype, engine=e).weight_reads is None, (g.name, dtype, e.name)
@@ -184,3 +185,23 @@ def test_block_fp8_costs_its_own_measured_kernels_on_hopper():
     assert RooflineModel(moe, a100, 4, "fp8", engine=vllm).step_time(8192, 0, 0) == RooflineModel(
         replace(moe, fp8_blocks=False), a100, 4, "fp8", engine=vllm).step_time(8192, 0, 0)
     assert not RooflineModel(moe, H100, 4, "bf16", engine=vllm).block_fp8  # bf16 weights: no FP8 kernels at all
+
+
+def test_knee_fit_recovers_the_exponent_kernels_were_made_with(benchmark_script):
+    """benchmarks/kernel_database.py's `knee`: each bound fitted apart (reads on decode shapes, FLOPs far past the
+    ridge), then the GEMMs near their ridge put to the p-norm: the p they were made with reads ~0, the sum too
+    slow, the max too fast."""
+    import pandas as pd
+
+    bench = benchmark_script("kernel_database")
+    bw, peak, f, c, e, p = 3.35e12, 989e12, 0.85, 4e-6, 0.7, 3.0
+    m = np.array([1, 4, 8, 16, 64, 128, 192, 256, 384, 512, 768, 1024, 4096, 8192, 16384])
+    rows = pd.DataFrame([(mm, n, k) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672)) for mm in m],
+                        columns=["m", "n", "k"])
+    rows["gemm_dtype"] = "bfloat16"
+    read = (rows.n * rows.k + rows.m * rows.k + rows.m * rows.n) * 2 / bw / f
+    flops = 2 * rows.m * rows.n * rows.k / peak / e
+    rows["latency"] = (c + (read**p + flops**p) ** (1 / p)) * 1e3  # ms, as the database keeps it
+    fr, cr, er, errors = bench.knee_errors(rows, bw, peak)
+    assert abs(errors[3.0]) < 0.02 and errors[1.0] > 0.2 and errors[math.inf] < -0.03
+    assert fr == pytest.approx(f, rel=0.02) and er == pytest.approx(e, rel=0.05)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from llmbench.plan.ingest import INGEST_COST, INGEST_PARSE_SHARE
 from llmbench.plan.scheduler import EngineShape
 
 GiB = 2**30
@@ -47,14 +48,54 @@ STREAM_TOKEN_COST = 87e-6
 # activations are quantized per token group before every GEMM); routed experts at bytes x eb and FLOPs x ef of the
 # dense GEMMs' efficiency (balanced routing, as `expert kernels`), plus c_moe - 2 c_dense a MoE layer.
 # TensorRT-LLM's dense figures (FLOPs x1.60, reads 0.888 / 9.9 µs) are measured and not applied, as above.
-KERNELS = {name: {"expert_factor": factor, "expert_layer_overhead": fixed, "fp8_flops_factor": f8,
-                  "read_bf16": rb, "gemm_fixed_bf16": cb, "read_fp8": r8, "gemm_fixed_fp8": c8,
-                  "block_flops_factor": fb, "read_fp8_block": rk, "gemm_fixed_fp8_block": ck,
-                  "block_expert_bytes": eb, "block_expert_flops": ef, "block_expert_layer_overhead": ec}
-           for name, factor, fixed, f8, rb, cb, r8, c8, fb, rk, ck, eb, ef, ec in (
-               ("vllm", 1.16, 23.0e-6, 1.62, 0.878, 3.7e-6, 0.860, 9.7e-6, 1.40, 1.071, 36.6e-6, 1.06, 2.18, 31.5e-6),
-               ("sglang", 1.18, 11.9e-6, 1.48, 0.854, 4.0e-6, 0.828, 7.3e-6, 1.31, 0.843, 6.7e-6, 1.01, 1.85, 17.7e-6),
-               ("trtllm", 1.12, 26.9e-6, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.12, 2.09, 38.9e-6))}
+
+
+@dataclass(frozen=True)
+class Gemms:
+    """One weight format's dense GEMMs as timed on Hopper: FLOPs against bf16's share of the roofline (`fp8 GEMMs`),
+    decode-shaped weight reads' share of the HBM bandwidth (0: the MBU prior) and seconds a GEMM (`weight reads`)."""
+
+    flops: float = 1.0
+    read: float = 0.0
+    fixed: float = 0.0
+
+
+@dataclass(frozen=True)
+class Experts:
+    """Routed experts' fused MoE kernels against the roofline: their bytes' and FLOPs' factors and seconds a MoE
+    layer a step (tail term `expert kernels`)."""
+
+    bytes: float = 1.0
+    flops: float = 1.0
+    layer_overhead: float = 0.0
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """An engine's kernels as measured: dense GEMMs per weight format, routed experts per FP8 scaling."""
+
+    bf16: Gemms = Gemms()
+    fp8: Gemms = Gemms()
+    fp8_block: Gemms = Gemms()  # FP8 scaled per 128 x 128 block (tail term `block FP8`)
+    experts: Experts = Experts()
+    block_experts: Experts = Experts()
+
+    def gemms(self, weight_dtype: str, block: bool = False) -> Gemms:
+        if weight_dtype == "fp8":
+            return self.fp8_block if block else self.fp8
+        return self.bf16 if weight_dtype in ("bf16", "fp16") else Gemms()
+
+    def routed(self, block: bool = False) -> Experts:
+        return self.block_experts if block else self.experts
+
+
+KERNELS = {
+    "vllm": Kernels(Gemms(1.0, 0.878, 3.7e-6), Gemms(1.62, 0.860, 9.7e-6), Gemms(1.40, 1.071, 36.6e-6),
+                    Experts(1.16, 1.16, 23.0e-6), Experts(1.06, 2.18, 31.5e-6)),
+    "sglang": Kernels(Gemms(1.0, 0.854, 4.0e-6), Gemms(1.48, 0.828, 7.3e-6), Gemms(1.31, 0.843, 6.7e-6),
+                      Experts(1.18, 1.18, 11.9e-6), Experts(1.01, 1.85, 17.7e-6)),
+    "trtllm": Kernels(experts=Experts(1.12, 1.12, 26.9e-6), block_experts=Experts(1.12, 2.09, 38.9e-6)),
+}
 
 
 # vLLM's fixed costs up to 0.7 (V0), and wherever V0 runs later (VLLM_USE_V1=0): BLIS's fit
@@ -87,22 +128,12 @@ class EngineProfile:
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
     stream_token_cost: float = STREAM_TOKEN_COST  # front-end seconds per streamed token (tail term `token drain`)
     api_server_count: int = 1  # vLLM's --api-server-count: front-end processes sharing the token drain
+    ingest_cost: float = INGEST_COST  # the API server's seconds a request (tail term `front-end ingest`)
+    ingest_parse_share: float = INGEST_PARSE_SHARE
     # without chunked prefill: "separate" (SGLang, vLLM 0.6: a step prefills or decodes) or "whole" (TensorRT-LLM's
     # in-flight batching: whole prompts beside the decodes, within the token budget)
     unchunked: Literal["separate", "whole"] = "separate"
-    expert_factor: float = 1.0  # routed-expert GEMMs against the roofline (tail term `expert kernels`)
-    expert_layer_overhead: float = 0.0  # seconds per MoE layer a step (tail term `expert kernels`)
-    fp8_flops_factor: float = 1.0  # FP8 GEMMs' FLOPs against bf16's share of the roofline (`fp8 GEMMs`)
-    read_bf16: float = 0.0  # bf16 weight reads' share of the HBM bandwidth (`weight reads`); 0: the MBU prior
-    gemm_fixed_bf16: float = 0.0  # seconds a dense bf16 GEMM a step (tail term `weight reads`)
-    read_fp8: float = 0.0  # the same for FP8 weights
-    gemm_fixed_fp8: float = 0.0
-    block_flops_factor: float = 1.0  # the same three for FP8 in 128 x 128 blocks (tail term `block FP8`)
-    read_fp8_block: float = 0.0
-    gemm_fixed_fp8_block: float = 0.0
-    block_expert_bytes: float = 1.0  # block-FP8 routed experts' reads and FLOPs against the roofline (`block FP8`)
-    block_expert_flops: float = 1.0
-    block_expert_layer_overhead: float = 0.0
+    kernels: Kernels = Kernels()  # as timed on Hopper (tail terms `expert kernels`, `fp8 GEMMs`, `weight reads`)
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 
@@ -114,7 +145,8 @@ class EngineProfile:
                            self.chunked_prefill or whole, self.scheduler_steps, self.reserve_output,
                            whole_prompts=whole, long_prefill_cap=self.long_prefill_token_threshold,
                            cap_lone_prefill=not self.lone_prefill_uncapped, decode_target=self.decode_target,
-                           prefill_kv_free=self.prefill_kv_free)
+                           prefill_kv_free=self.prefill_kv_free, ingest_cost=self.ingest_cost / self.api_server_count,
+                           ingest_parse_share=self.ingest_parse_share)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -123,22 +155,22 @@ class EngineProfile:
 
 PROFILES = {
     "vllm": EngineProfile("vllm", 256, 8192, True, **V0_COSTS, kv_accounting="profile", other_memory=0.13 * GiB,
-                          graphs="vllm", **KERNELS["vllm"]),
+                          graphs="vllm", kernels=KERNELS["vllm"]),
     "sglang": EngineProfile("sglang", 1024, 8192, False, 60e-6, 12e-6, 2e-6, 3e-3, "static", 0.5 * GiB,
-                            gpu_memory_utilization=0.88, graphs="sglang", **KERNELS["sglang"]),
+                            gpu_memory_utilization=0.88, graphs="sglang", kernels=KERNELS["sglang"]),
     # context chunking is off unless asked for (ExecutorConfig/TrtGptModelOptionalParams enableChunkedContext=false,
     # the LLM API's enable_chunked_prefill=False); trtllm-bench turns it on by default
     "trtllm": EngineProfile("trtllm", 2048, 8192, False, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
                             reserve_output=True, mfu_scale=1.3, mbu_scale=1.1, unchunked="whole",
-                            **KERNELS["trtllm"]),
+                            kernels=KERNELS["trtllm"]),
     "llmbench": EngineProfile("llmbench", 256, 2048, True, 1.5e-3, 32e-6, 10e-6, 5e-3, "profile", 0.5 * GiB,
-                              graphs="llmbench", **KERNELS["vllm"]),
+                              graphs="llmbench", kernels=KERNELS["vllm"]),
     # LMDeploy's TurboMind (TurbomindEngineConfig defaults: max_batch_size 128, max_prefill_token_num 8192 per
     # iteration, cache_max_entry_count 0.8 of the memory left free, blocks of 64 tokens, prefix caching off); a
     # C++ engine, so TensorRT-LLM's fixed costs; no published row checks it
     "lmdeploy": EngineProfile("lmdeploy", 128, 8192, True, 60e-6, 8e-6, 2e-6, 5e-3, "free", 0.5 * GiB,
                               gpu_memory_utilization=0.8, block_size=64, prefix_caching=False,
-                              **KERNELS["trtllm"]),
+                              kernels=KERNELS["trtllm"]),
 }
 
 

@@ -94,7 +94,7 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     model, gpu = models.model(case.checkpoint or case.model), gpus.gpu(case.gpu)
     engine = engines.profile(case.engine, gpu).with_knobs(**case.knobs)
     if not case.streamed:
-        engine = engine.with_knobs(stream_token_cost=0.0)
+        engine = engine.with_knobs(stream_token_cost=0.0, ingest_cost=0.0)
     mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
     if case.mode == "memory":
         return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}

@@ -82,7 +82,10 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "under load); "
              "saturation (no rate at or past the full-batch throughput: its queue grows without bound); burst "
              "ingest (a closed loop's first step carries its first request alone); loop turnaround (a loop's next "
-             "request waits out the step in progress); token drain (a step of n streams lasts at least n x "
+             "request waits out the step in progress); front-end ingest (the API server parses every request of a "
+             f"burst before it renders any for the engine: {engine.ingest_cost / engine.api_server_count * 1e3:.2f} ms "
+             f"a request, {engine.ingest_parse_share:.0%} of it parsing); token drain (a step of n streams lasts at "
+             "least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
              f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}"
              f"{weight_reads_note(roof)}latencies at 80 % of saturation or more take the near-saturation band"]
@@ -182,11 +185,12 @@ def expert_kernels_note(roof: RooflineModel) -> str:
     m, e = roof.model, roof.engine
     if m.experts <= 1 or not roof.gpu.cuda_graphs:
         return ""
+    experts = e.kernels.routed(roof.block_fp8)
     if roof.block_fp8:  # tail term `block FP8`
-        cost, fixed = (f"block-FP8 experts' reads x{e.block_expert_bytes:.2f} and FLOPs x{e.block_expert_flops:.2f} "
-                       "their roofline"), e.block_expert_layer_overhead
+        cost = f"block-FP8 experts' reads x{experts.bytes:.2f} and FLOPs x{experts.flops:.2f} their roofline"
     else:
-        cost, fixed = f"experts' GEMMs x{e.expert_factor:.2f} their roofline", e.expert_layer_overhead
+        cost = f"experts' GEMMs x{experts.flops:.2f} their roofline"
+    fixed = experts.layer_overhead
     return (f"expert kernels (the routed {cost} and {fixed * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "
             f"{fixed * m.moe_layers * 1e3:.2f} ms a step more; {e.name}'s fused MoE kernels against its dense GEMMs "
             "in AIConfigurator's H100 kernel database); ")
@@ -197,7 +201,8 @@ def fp8_note(roof: RooflineModel) -> str:
     e = roof.engine
     if not roof.fp8_gemms:
         return ""
-    kind, factor = ("block FP8 GEMMs", e.block_flops_factor) if roof.block_fp8 else ("fp8 GEMMs", e.fp8_flops_factor)
+    kind = "block FP8 GEMMs" if roof.block_fp8 else "fp8 GEMMs"
+    factor = e.kernels.gemms("fp8", roof.block_fp8).flops
     gemms = (f"{kind} (FLOPs x{factor:.2f} their roofline: {e.name}'s {kind} against its bf16 ones in "
              "AIConfigurator's H100 kernel database)" if factor != 1.0 else
              f"{kind} not charged ({e.name}'s FP8 speed is its tuned prior)")

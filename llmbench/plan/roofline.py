@@ -132,11 +132,8 @@ class RooflineModel:
         this checkpoint's dtype on the GPU family they were timed on; None where the term does not apply."""
         if not self.timed_gpu:
             return None
-        e = self.engine
-        share, fixed = {"bf16": (e.read_bf16, e.gemm_fixed_bf16), "fp16": (e.read_bf16, e.gemm_fixed_bf16),
-                        "fp8": (e.read_fp8_block, e.gemm_fixed_fp8_block) if self.block_fp8 else (
-                            e.read_fp8, e.gemm_fixed_fp8)}.get(self.weight_dtype, (0.0, 0.0))
-        return (share, fixed) if share else None
+        gemms = self.engine.kernels.gemms(self.weight_dtype, self.block_fp8)
+        return (gemms.read, gemms.fixed) if gemms.read else None
 
     @cached_property
     def graph_sizes(self) -> tuple[int, ...]:
@@ -196,15 +193,14 @@ class RooflineModel:
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
         routed_bytes = routed_flops = 0.0  # the routed experts' part of the GEMMs, as charged
         block = self.block_fp8  # tail term `block FP8`: its own factors for experts and dense GEMMs
+        experts = e.kernels.routed(block)
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
             read, flops = self.weight_bytes * routed_read / m.params, 2 * m.routed_active_params * rows
-            by_bytes, by_flops = (e.block_expert_bytes, e.block_expert_flops) if block else (e.expert_factor,) * 2
-            touched += (by_bytes - 1) * read
-            linear_flops += (by_flops - 1) * flops
-            routed_bytes, routed_flops = by_bytes * read, by_flops * flops
+            touched += (experts.bytes - 1) * read
+            linear_flops += (experts.flops - 1) * flops
+            routed_bytes, routed_flops = experts.bytes * read, experts.flops * flops
         if self.fp8_gemms:  # tail term `fp8 GEMMs`: the dense (not routed) GEMMs' FLOPs at the engine's factor
-            factor = e.block_flops_factor if block else e.fp8_flops_factor
-            linear_flops += (factor - 1) * (linear_flops - routed_flops)
+            linear_flops += (e.kernels.gemms("fp8", block).flops - 1) * (linear_flops - routed_flops)
         weights, reads = touched / byte_rate, self.weight_reads
         if reads:  # tail term `weight reads`: the dense GEMMs stream their weights at the engine's measured share
             dense = touched - routed_bytes
@@ -216,8 +212,7 @@ class RooflineModel:
                          self.knee_p)
         seqs = decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0)
         overhead = (e.step_overhead + e.layer_overhead * m.layers + e.seq_overhead * seqs
-                    + ((e.block_expert_layer_overhead if block else e.expert_layer_overhead) * m.moe_layers
-                       if gpu_kernels else 0.0)
+                    + (experts.layer_overhead * m.moe_layers if gpu_kernels else 0.0)
                     + (reads[1] * m.dense_gemms if reads else 0.0))
         engine = self.scale * (linear + attention + self.allreduce_seconds(rows)) + overhead
         return max(engine, e.stream_token_cost / e.api_server_count * seqs)  # tail term `token drain`

@@ -11,7 +11,9 @@ arrives after its prefill step. Tail term `burst ingest`: a closed loop's openin
 request at a time (the API server takes them in turn), so the engine's first step carries the first request alone
 and the others wait it out, which sets the P99 TTFT of a loop of a few hundred requests. Tail term `loop
 turnaround`: the request a client sends when its last one finished reaches the engine the same `burst_ingest`
-later, after the engine has begun its next step, so it waits that step out. Time advances by a
+later, after the engine has begun its next step, so it waits that step out. Tail term `front-end ingest`
+(ingest.py): an open loop's requests reach the engine when the API server has parsed and rendered them, their
+latencies counted from the send. Time advances by a
 step-time model, so P99s come out of the queueing itself rather than a formula.
 """
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmbench.plan.drift import SpeedTrace
+from llmbench.plan.ingest import ingest_wait
 from llmbench.plan.scheduler import EngineShape, Request, Scheduler, StepModel
 
 PERCENTILES = (50, 90, 99)
@@ -91,6 +94,11 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
     load harness before its arrival at the engine, counted in its TTFT and E2E (tail term `harness batcher`)."""
     if concurrency is not None:
         arrivals = np.zeros(len(prompts))
+    start = float(np.min(arrivals)) if len(arrivals) else 0.0
+    if concurrency is None and shape.ingest_cost > 0:  # tail term `front-end ingest`: counted from the send
+        wait = ingest_wait(arrivals, shape.ingest_cost, shape.ingest_parse_share)
+        arrivals = np.asarray(arrivals, dtype=float) + wait
+        waited = wait if waited is None else waited + wait
     reqs = [Request(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
     pending = deque(sorted(reqs, key=lambda r: r.arrival))
     held: deque[Request] = deque()
@@ -169,7 +177,6 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
     e2el = np.array([r.finish - r.arrival for r in done]) + over
     tpot_all = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else 0.0 for r in done])
     multi = np.array([r.output > 1 for r in done], dtype=bool)
-    start = min((r.arrival for r in reqs), default=0.0)
     itl_all = np.concatenate([np.array(itl), *bulk])
     return SimResult(ttft, tpot_all, multi, e2el, itl_all, sum(r.output for r in done), max(now - start, 1e-9),
                      rep.preemptions)
