@@ -133,7 +133,7 @@ class EngineProfile:
     # without chunked prefill: "separate" (SGLang, vLLM 0.6: a step prefills or decodes) or "whole" (TensorRT-LLM's
     # in-flight batching: whole prompts beside the decodes, within the token budget)
     unchunked: Literal["separate", "whole"] = "separate"
-    kernels: Kernels = Kernels()  # as timed on Hopper (tail terms `expert kernels`, `fp8 GEMMs`, `weight reads`)
+    kernels: Kernels = Kernels()  # as timed on Hopper (`expert kernels`, `fp8 GEMMs`, `weight reads`, `block FP8`)
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 
