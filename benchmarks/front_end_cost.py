@@ -47,17 +47,22 @@ def _role(cmdline: str) -> str | None:
     return None
 
 
+def cpu_seconds(pid: int | str) -> float:
+    """A process's user and system CPU seconds so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def _cpu_by_role() -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ") or Path(f"/proc/{pid}/comm").read_text()
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            role, cpu = _role(cmd), cpu_seconds(pid)
         except OSError:
             continue
-        role = _role(cmd)
         if role:
-            out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+            out[role] = out.get(role, 0.0) + cpu
     return out
 
 

@@ -27,21 +27,15 @@ from pathlib import Path
 import aiohttp
 import click
 import numpy as np
-from front_end_cost import serve_pinned
+from front_end_cost import cpu_seconds, serve_pinned
 
 from llmbench import datasets
 
-TICK = os.sysconf("SC_CLK_TCK")
 LOG_CONFIG = {"version": 1, "disable_existing_loggers": False,
               "formatters": {"f": {"format": "%(created).6f %(message)s"}},
               "handlers": {"h": {"class": "logging.StreamHandler", "formatter": "f", "stream": "ext://sys.stdout"}},
               "loggers": {"vllm": {"handlers": ["h"], "level": "INFO", "propagate": False}}}
 ADDED = re.compile(r"([\d.]+) Added request chatcmpl-(b\d+r\d+)(?:-[0-9a-f]+)?\.")  # vLLM appends a suffix
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Sampler(threading.Thread):
