@@ -42,7 +42,7 @@ import pandas as pd
 from llmbench.plan.gpus import gpu as catalog_gpu
 from llmbench.plan.roofline import FAMILIES
 
-ENGINES = {"vllm": ("0.24.0", "triton"), "sglang": ("0.5.14", "sglang_fused_moe_triton"),
+ENGINES = {"vllm": ("0.24.0", "triton|vllm_fused_moe"), "sglang": ("0.5.14", "sglang_fused_moe_triton"),
            "trtllm": ("1.3.0rc20", "moe_torch_flow")}  # version, MoE kernel
 PROMPT_ROOFLINE_MS = 1.0
 GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "a100_sxm": "A100-80GB"}
@@ -53,6 +53,7 @@ STREAMED_BYTES = 64e6
 FP8_KINDS = ("fp8", "fp8_block")  # per-tensor scales; 128 x 128 weight blocks (DeepSeek's, Qwen3's -FP8)
 DECODE_ROWS = 16  # `weight reads`: GEMMs of up to this many rows spend a few per cent of their time on FLOPs
 KNEE_PS = (1.0, 1.5, 2.0, 3.0, math.inf)  # `knee`: how two bounds meet, from their sum to their max
+SKEWED = "power_law_1.2"  # the routing every table timed (AIConfigurator prices MoE models with it)
 RIDGE = 2.0  # `knee`: GEMMs whose two bounds are within this factor of each other
 
 
@@ -147,6 +148,7 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...], distribution: str)
         raise click.ClickException(f"{root}: no systems/data/{gpu_dir} folder (is it an aiconfigurator checkout?)")
     click.echo(f"{g.name}: MFU {eff.mfu}, MBU {eff.mbu} ({eff.source}); {data}")
     chosen = dict(v.split("=", 1) for v in versions)
+    factors: dict[str, dict[str, float]] = {}
     for engine, (version, kernel) in ENGINES.items():
         version = chosen.get(engine, version)
         moe_file, gemm_file = (data / kind / engine / version / f"{kind}_perf.parquet" for kind in ("moe", "gemm"))
@@ -188,17 +190,28 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...], distribution: str)
             click.echo(f"  prefill attention: {big.sum():,} kernels a {a:.3f} c {c * 1e3:.1f} µs ({err:.1%}) -> "
                        f"factor {a / ad:.2f}")
         m = pd.read_parquet(moe_file)
-        m = m[(m.distribution == distribution) & (m.moe_ep_size == 1) & (m.moe_tp_size <= 8)
-              & m.moe_dtype.isin(list(BYTES)) & m.kernel_source.str.contains(kernel) & ~non_gated(m)]
-        if m.empty:
+        m = m[(m.moe_ep_size == 1) & (m.moe_tp_size <= 8) & m.moe_dtype.isin(list(BYTES))
+              & m.kernel_source.str.contains(kernel) & ~non_gated(m)]
+        factors[engine] = {r: expert_fit(m[m.distribution == r], roofline, ad, cd) for r in (distribution, SKEWED)}
+        if (m.distribution == distribution).any():
+            expert_fit(m[m.distribution == distribution], roofline, ad, cd, f"{distribution} routing", echo=True)
+        else:
             click.echo(f"  expert kernels: no {distribution}-routing {kernel} kernels without expert parallelism")
-            continue
-        inter = m.inter_size / m.moe_tp_size
-        hit = m.num_experts * (1 - (1 - m.topk / m.num_experts) ** m.num_tokens)
-        read = hit * 3 * m.hidden_size * inter * m.moe_dtype.map(BYTES)
-        flops = 2 * m.num_tokens * m.topk * 3 * m.hidden_size * inter
-        a, c, err = fit(roofline(read, flops, m.moe_dtype), m.latency.to_numpy())
-        click.echo(f"  expert kernels ({distribution} routing): {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs "
+    transfer(factors, distribution)
+
+
+def expert_fit(m: pd.DataFrame, roofline, ad: float, cd: float, label: str = "",
+               echo: bool = False) -> tuple[float, float]:
+    """The MoE kernels' factor against the dense GEMMs' a and ms a MoE layer a step (nan if none were timed)."""
+    if m.empty:
+        return math.nan, math.nan
+    inter = m.inter_size / m.moe_tp_size
+    hit = m.num_experts * (1 - (1 - m.topk / m.num_experts) ** m.num_tokens)
+    read = hit * 3 * m.hidden_size * inter * m.moe_dtype.map(BYTES)
+    flops = 2 * m.num_tokens * m.topk * 3 * m.hidden_size * inter
+    a, c, err = fit(roofline(read, flops, m.moe_dtype), m.latency.to_numpy())
+    if echo:
+        click.echo(f"  expert kernels ({label}): {len(m):,} kernels a {a:.3f} c {c * 1e3:.1f} µs "
                    f"({err:.1%}) -> factor {a / ad:.2f}, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer per step")
         for t in sorted(m.moe_dtype.unique()):
             x = m.moe_dtype == t
@@ -206,7 +219,25 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...], distribution: str)
                                         roofline(0 * read[x], flops[x], m.moe_dtype[x]), m.latency[x].to_numpy())
             click.echo(f"    {t}: {x.sum():,} kernels, bytes x{ab / ad:.2f}, FLOPs x{af / ad:.2f} of the dense "
                        f"GEMMs' a, {(c - 2 * cd) * 1e3:.1f} µs a MoE layer ({err:.1%})")
+    return a / ad, c - 2 * cd
 
+
+def transfer(factors: dict[str, dict[str, tuple[float, float]]], distribution: str) -> None:
+    """Where an engine's table timed only skewed routing (the A100's vLLM and TensorRT-LLM), its factor under
+    `distribution`: its skewed factor times the ratio of an engine on the same GPU that timed both (on the H100,
+    where all three did, the ratios agree within 4 %); its time a MoE layer as fitted under skewed routing (on
+    the H100 within 2 µs of the balanced fit's)."""
+    both = {e: f[distribution][0] / f[SKEWED][0] for e, f in factors.items()
+            if not math.isnan(f[distribution][0] + f[SKEWED][0])}
+    if distribution == SKEWED or not both:
+        return
+    click.echo(f"{distribution} / {SKEWED} factor ratios: " + ", ".join(f"{e} {r:.3f}" for e, r in both.items()))
+    donor, ratio = next(iter(both.items()))
+    for engine, f in factors.items():
+        (skewed, layer), balanced = f[SKEWED], f[distribution][0]
+        if math.isnan(balanced) and not math.isnan(skewed):
+            click.echo(f"  {engine}: {SKEWED} factor {skewed:.3f} x {donor}'s ratio {ratio:.3f} -> {skewed * ratio:.2f} "
+                       f"under {distribution} routing, {layer * 1e3:.1f} µs a MoE layer per step")
 
 if __name__ == "__main__":
     main()

@@ -257,6 +257,11 @@ def test_an_moe_plan_names_its_expert_kernels_and_a_dense_one_does_not(tmp_path)
     _, text = plan(tmp_path, "--qps", "2", "--model", "qwen3-30b-a3b", "--gpu", "H100-SXM")
     flat = " ".join(text.split())
     assert "expert kernels (the routed experts' GEMMs x1.16 their roofline and 23.0 µs a MoE layer, 48 layers" in flat
+    assert "in AIConfigurator's H100 kernel database" in flat
+    _, text = plan(tmp_path, "--qps", "2", "--model", "qwen3-30b-a3b", "--gpu", "A100-80GB")
+    flat = " ".join(text.split())
+    assert "expert kernels (the routed experts' GEMMs x1.55 their roofline and 2.2 µs a MoE layer, 48 layers" in flat
+    assert "in AIConfigurator's A100 kernel database" in flat
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "expert kernels" not in " ".join(text.split())
 

@@ -36,6 +36,33 @@ def test_expert_kernels_cost_an_moe_step_its_measured_factor_and_fixed_time():
         m, cpu, tp=8, engine=plain).step_time(0, 1, 1000)
 
 
+def test_expert_kernels_on_an_a100_cost_the_a100s_measured_factor():
+    """On Ampere the routed experts cost each engine's factor as timed on an A100 (vLLM 1.55, slower than its H100
+    1.16), on every other GPU the H100's; a step without the A100 figure is a step at the plain roofline."""
+    m, vllm = models.model("qwen3-235b-a22b"), profile("vllm")
+    a100 = gpus.gpu("A100-80GB")
+    plain = replace(vllm, kernels=replace(vllm.kernels, ampere_experts=Experts()))
+    with_term, without = RooflineModel(m, a100, tp=8, engine=vllm), RooflineModel(m, a100, tp=8, engine=plain)
+    assert with_term.routed_experts == KERNELS["vllm"].ampere_experts != KERNELS["vllm"].experts
+    prefill = with_term.step_time(8192, 0, 0) / without.step_time(8192, 0, 0)
+    assert 1.15 < prefill < 1.55  # above what the H100 factor (1.16) could add; the factor is 1.55
+    assert RooflineModel(m, H100, tp=8, engine=vllm).step_time(8192, 0, 0) == RooflineModel(
+        m, H100, tp=8, engine=plain).step_time(8192, 0, 0)
+    assert RooflineModel(m, gpus.gpu("A100-40GB"), tp=8, engine=vllm).routed_experts.flops == 1.55
+
+
+def test_kernel_database_carries_a_routing_ratio_to_an_engine_timed_under_skew_alone(benchmark_script, capsys):
+    """An engine whose table timed only skewed routing gets its skewed factor x the balanced / skewed ratio of one
+    that timed both on the same GPU, and its skewed fit's seconds a MoE layer."""
+    script = benchmark_script("kernel_database")
+    nan = math.nan
+    script.transfer({"sglang": {"balanced": (1.32, 15e-3), script.SKEWED: (1.1, 23e-3)},
+                     "vllm": {"balanced": (nan, nan), script.SKEWED: (1.3, 2.2e-3)}}, "balanced")
+    out = capsys.readouterr().out
+    assert "sglang 1.200" in out and "vllm: power_law_1.2 factor 1.300 x sglang's ratio 1.200 -> 1.56" in out
+    assert "2.2 µs a MoE layer per step" in out
+
+
 def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
     """benchmarks/kernel_database.py's fit: latency = a x roofline + c on relative error, exact on a line."""
     fit = benchmark_script("kernel_database").fit

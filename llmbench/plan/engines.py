@@ -48,6 +48,12 @@ STREAM_TOKEN_COST = 87e-6
 # activations are quantized per token group before every GEMM); routed experts at bytes x eb and FLOPs x ef of the
 # dense GEMMs' efficiency (balanced routing, as `expert kernels`), plus c_moe - 2 c_dense a MoE layer.
 # TensorRT-LLM's dense figures (FLOPs x1.60, reads 0.888 / 9.9 µs) are measured and not applied, as above.
+# `expert kernels` on Ampere (A100s), measured the same way on AIConfigurator's A100 SXM tables (vLLM 0.14.0, SGLang
+# 0.5.10, TensorRT-LLM 1.0.0; MFU 0.65 / MBU 0.76): SGLang's balanced routing directly; vLLM's and TensorRT-LLM's
+# tables timed only skewed routing (power law 1.2), so their factor is that fit's x SGLang's balanced / skewed ratio
+# on the A100 (1.153; on the H100, where all three timed both, 1.082 / 1.093 / 1.060) and their seconds a MoE layer
+# the skewed fit's (a negative one 0). Every expert dtype takes them (block FP8 is Hopper's; FP8 and MXFP4 experts
+# run weight-only kernels there, as bf16's figure stands for them on Hopper).
 
 
 @dataclass(frozen=True)
@@ -79,22 +85,26 @@ class Kernels:
     fp8_block: Gemms = Gemms()  # FP8 scaled per 128 x 128 block (tail term `block FP8`)
     experts: Experts = Experts()
     block_experts: Experts = Experts()
+    ampere_experts: Experts = Experts()  # routed experts as timed on the A100
 
     def gemms(self, weight_dtype: str, block: bool = False) -> Gemms:
         if weight_dtype == "fp8":
             return self.fp8_block if block else self.fp8
         return self.bf16 if weight_dtype in ("bf16", "fp16") else Gemms()
 
-    def routed(self, block: bool = False) -> Experts:
+    def routed(self, block: bool = False, family: str = "hopper") -> Experts:
+        if family == "ampere":
+            return self.ampere_experts
         return self.block_experts if block else self.experts
 
 
 KERNELS = {
     "vllm": Kernels(Gemms(1.0, 0.878, 3.7e-6), Gemms(1.62, 0.860, 9.7e-6), Gemms(1.40, 1.071, 36.6e-6),
-                    Experts(1.16, 1.16, 23.0e-6), Experts(1.06, 2.18, 31.5e-6)),
+                    Experts(1.16, 1.16, 23.0e-6), Experts(1.06, 2.18, 31.5e-6), Experts(1.55, 1.55, 2.2e-6)),
     "sglang": Kernels(Gemms(1.0, 0.854, 4.0e-6), Gemms(1.48, 0.828, 7.3e-6), Gemms(1.31, 0.843, 6.7e-6),
-                      Experts(1.18, 1.18, 11.9e-6), Experts(1.01, 1.85, 17.7e-6)),
-    "trtllm": Kernels(experts=Experts(1.12, 1.12, 26.9e-6), block_experts=Experts(1.12, 2.09, 38.9e-6)),
+                      Experts(1.18, 1.18, 11.9e-6), Experts(1.01, 1.85, 17.7e-6), Experts(1.32, 1.32, 15.0e-6)),
+    "trtllm": Kernels(experts=Experts(1.12, 1.12, 26.9e-6), block_experts=Experts(1.12, 2.09, 38.9e-6),
+                      ampere_experts=Experts(1.44, 1.44, 0.0)),
 }
 
 

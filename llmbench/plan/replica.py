@@ -185,7 +185,7 @@ def expert_kernels_note(roof: RooflineModel) -> str:
     m, e = roof.model, roof.engine
     if m.experts <= 1 or not roof.gpu.cuda_graphs:
         return ""
-    experts = e.kernels.routed(roof.block_fp8)
+    experts = roof.routed_experts
     if roof.block_fp8:  # tail term `block FP8`
         cost = f"block-FP8 experts' reads x{experts.bytes:.2f} and FLOPs x{experts.flops:.2f} their roofline"
     else:
@@ -193,7 +193,7 @@ def expert_kernels_note(roof: RooflineModel) -> str:
     fixed = experts.layer_overhead
     return (f"expert kernels (the routed {cost} and {fixed * 1e6:.1f} µs a MoE layer, {m.moe_layers} layers: "
             f"{fixed * m.moe_layers * 1e3:.2f} ms a step more; {e.name}'s fused MoE kernels against its dense GEMMs "
-            "in AIConfigurator's H100 kernel database); ")
+            f"in AIConfigurator's {'A100' if roof.gpu.family == 'ampere' else 'H100'} kernel database); ")
 
 
 def fp8_note(roof: RooflineModel) -> str:

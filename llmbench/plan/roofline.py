@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from llmbench.plan import cuda_graphs
-from llmbench.plan.engines import PROFILES, EngineProfile
+from llmbench.plan.engines import PROFILES, EngineProfile, Experts
 from llmbench.plan.gpus import GPU
 from llmbench.plan.memory import BYTES, weight_bytes
 from llmbench.plan.model_spec import ModelSpec
@@ -136,6 +136,12 @@ class RooflineModel:
         return (gemms.read, gemms.fixed) if gemms.read else None
 
     @cached_property
+    def routed_experts(self) -> Experts:
+        """Tail term `expert kernels`: the engine's fused MoE kernels as timed on an A100 for the Ampere family,
+        on an H100 for every other GPU."""
+        return self.engine.kernels.routed(self.block_fp8, self.gpu.family)
+
+    @cached_property
     def graph_sizes(self) -> tuple[int, ...]:
         e = self.engine
         if not self.gpu.cuda_graphs:
@@ -193,7 +199,7 @@ class RooflineModel:
         byte_rate = eff.mbu * e.mbu_scale * self.gpu.bandwidth * self.tp
         routed_bytes = routed_flops = 0.0  # the routed experts' part of the GEMMs, as charged
         block = self.block_fp8  # tail term `block FP8`: its own factors for experts and dense GEMMs
-        experts = e.kernels.routed(block)
+        experts = self.routed_experts
         if m.experts > 1 and gpu_kernels:  # tail term `expert kernels`: the routed experts cost the engine's factor
             read, flops = self.weight_bytes * routed_read / m.params, 2 * m.routed_active_params * rows
             touched += (experts.bytes - 1) * read
