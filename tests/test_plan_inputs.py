@@ -52,6 +52,10 @@ def test_vllm_defaults_follow_the_version_and_the_gpu():
     assert sglang.max_num_seqs == engines.PROFILES["sglang"].max_num_seqs and "sglang 0.4" in sglang.defaults
     with pytest.raises(KeyError, match="unknown engine 'tgi'"):
         engines.profile("tgi@2.0")
+    keeps = {name: engines.profile(name, h100).shape(10**6).keep_preempted  # tail term `cached preemption`
+             for name in ("vllm", "vllm@0.11", "vllm@0.6.3", "sglang", "trtllm")}
+    assert keeps == {"vllm": True, "vllm@0.11": True, "vllm@0.6.3": False, "sglang": False, "trtllm": False}
+    assert not engines.profile("vllm", h100).with_knobs(prefix_caching=False).shape(10**6).keep_preempted
 
 
 def test_a_vllm_before_0_6_pays_its_host_work_per_sequence(tmp_path):
@@ -264,6 +268,13 @@ def test_an_moe_plan_names_its_expert_kernels_and_a_dense_one_does_not(tmp_path)
     assert "in AIConfigurator's A100 kernel database" in flat
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "expert kernels" not in " ".join(text.split())
+
+
+def test_a_vllm_plan_names_cached_preemption_and_an_sglang_one_does_not(tmp_path):
+    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm")
+    assert "cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache" in " ".join(text.split())
+    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "sglang")
+    assert "cached preemption" not in " ".join(text.split())
 
 
 def test_an_fp8_plan_names_its_gemms_and_where_attention_computes(tmp_path):

@@ -23,11 +23,11 @@ from llmbench.plan.model_spec import ModelSpec
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")
 KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
-DENSE = {"latency": (-0.65, 0.3), "p99": (-0.7, 0.45), "memory": (-0.05, 0.05)}
+DENSE = {"latency": (-0.65, 0.25), "p99": (-0.7, 0.35), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.35, 0.7), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.15, 0.15), "latency": (-0.25, 0.1)},
-    "MoE": {**DENSE, "throughput": (-0.15, 2.95), "latency": (-0.85, 0.15), "p99": (-0.95, 0.1),
+    "MoE": {**DENSE, "throughput": (-0.2, 2.95), "latency": (-0.85, 0.2), "p99": (-0.95, 0.1),
             "memory": (-0.15, 0.05)},
     "near saturation": {"latency": (-0.65, 6.75), "p99": (-0.6, 8.1)},
 }

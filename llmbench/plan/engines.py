@@ -133,6 +133,7 @@ class EngineProfile:
     prefill_kv_free: float = 0.0  # the ROCm fork's VLLM_SCHED_PREFILL_KVC_FREEPCT / 100 (V0; scheduler.py)
     reserve_output: bool = False  # admit a request only with KV for its whole output (no preemption)
     prefix_caching: bool = True
+    cached_preemption: bool = False  # vLLM V1: a preempted request's blocks stay in the prefix cache (scheduler.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
@@ -156,7 +157,8 @@ class EngineProfile:
                            whole_prompts=whole, long_prefill_cap=self.long_prefill_token_threshold,
                            cap_lone_prefill=not self.lone_prefill_uncapped, decode_target=self.decode_target,
                            prefill_kv_free=self.prefill_kv_free, ingest_cost=self.ingest_cost / self.api_server_count,
-                           ingest_parse_share=self.ingest_parse_share)
+                           ingest_parse_share=self.ingest_parse_share,
+                           keep_preempted=self.cached_preemption and self.prefix_caching)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -247,5 +249,5 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     on = f" on {gpu.name}" if gpu is not None else ""
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
-            "lone_prefill_uncapped": version >= LONE_PREFILL, **V1_COSTS,
+            "lone_prefill_uncapped": version >= LONE_PREFILL, "cached_preemption": True, **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

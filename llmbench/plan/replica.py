@@ -88,7 +88,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
              f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}"
-             f"{weight_reads_note(roof)}latencies at 80 % of saturation or more take the near-saturation band"]
+             f"{weight_reads_note(roof)}{CACHED_PREEMPTION if shape.keep_preempted else ''}latencies at 80 % of "
+             "saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
@@ -168,6 +169,10 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
                          "no finer than that: on a 2-core VM one 90 s run's P99 TPOT moved by up to 47 % between two "
                          "sweeps; sweep again on a quiet machine, or pool rounds (`sweep --append`)")
     return rep
+
+
+CACHED_PREEMPTION = ("cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache until they are "
+                     "allocated again, its last blocks first; re-admitted, it recomputes only those); ")
 
 
 def graph_padding_note(roof: RooflineModel) -> str:

@@ -1,6 +1,12 @@
 """The scheduler the simulator drives, one replica's worth: FCFS admission into the token budget, KV blocks
 allocated as tokens are computed, preemption (recompute) of the newest request when blocks run out, and a
-fast path for the decode-only stretches where nothing but the contexts changes."""
+fast path for the decode-only stretches where nothing but the contexts changes.
+
+Tail term `cached preemption` (vLLM V1, prefix caching on; vllm/v1/core, read in 0.32): a preempted request's
+blocks are freed, not wiped. Freed blocks join a pool in eviction order: full (hashed) blocks at its tail, a
+preempted request's in reverse so its last blocks go first, a partial block at its head; every allocation takes
+the head, evicting what it takes. Re-admitted, the request finds its surviving leading blocks in the prefix
+cache (at most its tokens - 1) and computes only the rest. Elsewhere a preempted request recomputes all."""
 
 from __future__ import annotations
 
@@ -42,15 +48,17 @@ class EngineShape:
     # while fewer than this share of the KV blocks are free, checked where its _schedule_prefills is called: before
     # the decodes without chunked prefill, after them with it (0: no such rule)
     prefill_kv_free: float = 0.0
+    keep_preempted: bool = False  # tail term `cached preemption`: a preempted request's blocks stay cached
 
 
 class Request:
     __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done",
-                 "delivered", "last_delivery", "reserved")
+                 "delivered", "last_delivery", "reserved", "kept")
 
     def __init__(self, arrival: float, prompt: int, output: int) -> None:
         self.arrival, self.prompt, self.output = arrival, prompt, max(output, 1)
         self.computed = self.generated = self.blocks = self.delivered = self.reserved = 0
+        self.kept = 0  # its own blocks still cached since it was preempted (`cached preemption`)
         self.first = self.finish = self.last_delivery = math.nan
         self.hit_done = False
 
@@ -72,6 +80,8 @@ class Scheduler:
         self.reserved = 0  # blocks promised to admitted requests' future tokens (reserve_output)
         self.prefill_next = True  # decode_target: the last scheduler invocation did not prefill
         self.kv_floor = shape.prefill_kv_free * self.free  # prefill_kv_free: fewer free blocks hold new prompts back
+        # `cached preemption`: the free blocks in eviction order as [preempted owner or None, blocks]
+        self.pool: deque[list] | None = deque([[None, self.free]]) if shape.keep_preempted else None
 
     def blocks_for(self, r: Request, n: int) -> int:
         return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
@@ -86,21 +96,66 @@ class Scheduler:
             self.reserved -= used
         while need > self.free:
             victim = self.running.pop()
-            self.free += victim.blocks
+            self.release(victim, preempted=True)
             self.reserved -= victim.reserved
-            victim.blocks = victim.computed = victim.reserved = 0
+            victim.computed = victim.reserved = 0
             self.waiting.appendleft(victim)
             self.preemptions += 1
             if victim is r:
                 return False
-        self.free -= need
+        self.take(need)
         r.blocks += need
         return True
 
+    def take(self, n: int) -> None:
+        """n free blocks from the pool's head, evicting a preempted request's cached ones as it reaches them."""
+        self.free -= n
+        while self.pool is not None and n > 0:
+            head = self.pool[0]
+            k = min(n, head[1])
+            head[1] -= k
+            n -= k
+            if head[0] is not None:
+                head[0].kept -= k
+            if not head[1]:
+                self.pool.popleft()
+
+    def release(self, r: Request, preempted: bool = False) -> None:
+        """r's blocks back to the free pool: its full ones at the tail (kept for r when it was preempted), a
+        partial one at the head."""
+        self.free += r.blocks
+        if self.pool is not None:
+            full = min(r.computed // self.shape.block_size, r.blocks)
+            r.kept = full if preempted else 0
+            if full:
+                self._join(self.pool.append, -1, r if preempted else None, full)
+            if r.blocks > full:
+                self._join(self.pool.appendleft, 0, None, r.blocks - full)
+        r.blocks = 0
+
+    def _join(self, add, end: int, owner: Request | None, blocks: int) -> None:
+        if owner is None and self.pool and self.pool[end][0] is None:
+            self.pool[end][1] += blocks
+        else:
+            add([owner, blocks])
+
+    def _reclaim(self, r: Request, blocks: int) -> None:
+        """Take `blocks` of preempted r's cached blocks out of the pool; any more of them are no longer r's."""
+        for i, seg in enumerate(self.pool):
+            if seg[0] is r:
+                seg[0], seg[1] = None, seg[1] - blocks
+                if not seg[1]:
+                    del self.pool[i]
+                break
+        self.free -= blocks
+        r.kept = 0
+
     def _cached(self, r: Request) -> int:
         """Tokens of r already computed on admission: on its first one, the prefix-cache hit (whole blocks,
-        the last prompt token always left to compute)."""
+        the last prompt token always left to compute); after a preemption, its own blocks still cached."""
         shape = self.shape
+        if r.kept:
+            return min(r.kept, (r.prompt + r.generated - 1) // shape.block_size) * shape.block_size
         if r.hit_done or shape.prefix_hit_rate <= 0:
             return r.computed
         return min(int(r.prompt * shape.prefix_hit_rate) // shape.block_size * shape.block_size, r.prompt - 1)
@@ -145,7 +200,10 @@ class Scheduler:
             self.reserved += reserve - need
             r.reserved = reserve - need
             self.waiting.popleft()
-            self.free -= need
+            hit = r.computed // self.shape.block_size if r.kept else 0
+            if r.kept:
+                self._reclaim(r, hit)
+            self.take(need - hit)
             r.blocks += need
             self.running.append(r)
             batch.append((r, n))

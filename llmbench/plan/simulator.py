@@ -153,9 +153,9 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                     _deliver(r, now, itl)
                 if r.generated >= r.output:
                     rep.running.remove(r)
-                    rep.free += r.blocks
+                    rep.release(r)
                     rep.reserved -= r.reserved
-                    r.blocks = r.reserved = 0
+                    r.reserved = 0
                     _deliver(r, now, itl)
                     r.finish = now
                     if held:
