@@ -134,6 +134,8 @@ class Scheduler:
         r.blocks = 0
 
     def _join(self, add, end: int, owner: Request | None, blocks: int) -> None:
+        """Add a run of blocks at one end of the pool (`add`: append or appendleft; `end`: -1 or 0), merged with the
+        run already there when neither is a preempted request's, so the pool stays a few runs long."""
         if owner is None and self.pool and self.pool[end][0] is None:
             self.pool[end][1] += blocks
         else:
