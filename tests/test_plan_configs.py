@@ -43,6 +43,7 @@ CONFIGS = {
                       "num_attention_heads": 64, "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 64,
                       "num_local_experts": 128, "num_experts_per_tok": 4, "experts_per_token": 4,
                       "vocab_size": 201088, "sliding_window": 128, "max_position_embeddings": 131072,
+                      "layer_types": ["sliding_attention", "full_attention"] * 18,
                       "attention_bias": True, "tie_word_embeddings": False,
                       "quantization_config": {"quant_method": "mxfp4",
                                               "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}},
@@ -106,6 +107,8 @@ def test_moe_and_mla_details(tmp_path):
     assert deepseek.kv_bytes_per_token(1) == 61 * 576  # one latent per layer, whatever the heads
     assert read("Gemma-2-9B").tied and read("Gemma-3-27B (text_config)").layers == 62
     assert read("gpt-oss-120b").top_k == 4
+    assert (read("gpt-oss-120b").sliding_layers, read("gpt-oss-120b").sliding_window) == (18, 128)
+    assert read("Gemma-2-9B").sliding_layers == 0  # a window without layer_types: every layer counted in full
     # the format the checkpoint ships, from quantization_config: a plan's default --weight-dtype
     assert (read("gpt-oss-120b").checkpoint_dtype, deepseek.checkpoint_dtype, qwen.checkpoint_dtype) == (
         "mxfp4", "fp8", "bf16")

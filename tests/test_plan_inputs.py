@@ -277,6 +277,13 @@ def test_a_vllm_plan_names_cached_preemption_and_an_sglang_one_does_not(tmp_path
     assert "cached preemption" not in " ".join(text.split())
 
 
+def test_a_gpt_oss_plan_names_its_sliding_window_and_a_llama_one_does_not(tmp_path):
+    _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM")
+    assert "sliding window (12 of 24 layers attend to their 128 latest tokens only" in " ".join(text.split())
+    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    assert "sliding window" not in " ".join(text.split())
+
+
 def test_an_fp8_plan_names_its_gemms_and_where_attention_computes(tmp_path):
     """An FP8 checkpoint on Hopper: the plan names the measured FP8 FLOPs factor and weight reads (vLLM's),
     TensorRT-LLM's absence of them, and the bf16 peak its attention runs at with a bf16 KV cache; a bf16 plan names

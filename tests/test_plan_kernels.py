@@ -63,6 +63,27 @@ def test_kernel_database_carries_a_routing_ratio_to_an_engine_timed_under_skew_a
     assert "2.2 µs a MoE layer per step" in out
 
 
+def test_sliding_window_layers_attend_to_their_window_only():
+    """Tail term `sliding window`: a layer with a window reads and attends to its W latest tokens only, so past W
+    a decode's attention grows with the context at the full layers' rate alone; a prompt's attention pairs in those
+    layers are at most W a token; a model without such layers is as before."""
+    oss = models.model("gpt-oss-120b")
+    full = replace(oss, sliding_layers=0)
+    alone = replace(oss, sliding_layers=oss.layers)
+    a100 = gpus.gpu("A100-80GB")
+
+    def step(m, *args):
+        return RooflineModel(m, a100, engine=profile("vllm", a100)).step_time(*args)
+
+    assert step(alone, 0, 64, 64 * 20000) == step(alone, 0, 64, 64 * 128)  # every layer windowed: 20,000 reads 128
+    grow = {m.sliding_layers: step(m, 0, 64, 64 * 30000) - step(m, 0, 64, 64 * 10000) for m in (oss, full)}
+    assert grow[18] == pytest.approx(grow[0] / 2, rel=0.02)
+    assert step(alone, 8192, 0, 0) < step(oss, 8192, 0, 0) < step(full, 8192, 0, 0)
+    assert step(oss, 100, 0, 0) == step(full, 100, 0, 0)  # a prompt shorter than the window: no pair outside it
+    dense = models.model("llama-3.1-8b")
+    assert dense.sliding_layers == 0 and models.model("mistral-7b").sliding_layers == 0
+
+
 def test_expert_kernels_fit_recovers_a_known_line(benchmark_script):
     """benchmarks/kernel_database.py's fit: latency = a x roofline + c on relative error, exact on a line."""
     fit = benchmark_script("kernel_database").fit

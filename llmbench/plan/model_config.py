@@ -103,6 +103,7 @@ def _llama(path: Path, cfg: dict) -> ModelSpec:
     kind = cfg.get("model_type", "")
     experts = _first(cfg, EXPERTS) or 1
     dense = cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     spec = ModelSpec(
         name=path.parent.name, layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
@@ -114,7 +115,8 @@ def _llama(path: Path, cfg: dict) -> ModelSpec:
         shared_experts=cfg.get("n_shared_experts") or round((cfg.get("shared_expert_intermediate_size") or 0) / (
             cfg.get("moe_intermediate_size") or cfg["intermediate_size"])),
         moe_ffn=cfg.get("moe_intermediate_size"), dense_layers=dense,
-        sliding_window=cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
+        sliding_window=window,
+        sliding_layers=sum(t == "sliding_attention" for t in cfg.get("layer_types") or []) if window else 0,
         max_positions=cfg.get("max_position_embeddings", 4096), checkpoint_dtype=checkpoint_dtype(cfg),
         fp8_blocks=fp8_blocks(cfg),
     )

@@ -32,6 +32,7 @@ class ModelSpec:
     total_params: float | None = None  # published counts where the layout is not plain (MLA)
     active_params_published: float | None = None
     sliding_window: int | None = None
+    sliding_layers: int = 0  # layers attending to the last `sliding_window` tokens only (gpt-oss: every other)
     max_positions: int = 4096
     checkpoint_dtype: str = "bf16"  # the weights as the published checkpoint ships them: the default --weight-dtype
     fp8_blocks: bool = False  # FP8 weights scaled per 128 x 128 block, not per tensor (tail term `block FP8`)

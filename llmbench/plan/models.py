@@ -49,13 +49,13 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     # every layer routes (one shared expert beside one of 16); its chunked local attention is not modelled
     ModelSpec("llama-4-scout-17b-16e", 48, 5120, 40, 8, 128, 16384, 202048, experts=16, top_k=1, shared_experts=1,
               moe_ffn=8192, max_positions=10485760),
-    # gpt-oss: biased attention, every other layer a 128-token sliding window (KV counted as if all were full:
-    # what a pool without vLLM's hybrid allocator holds); MXFP4 experts (`--weight-dtype mxfp4`: the routed
-    # experts in 4.25 bits, the rest bf16, as the checkpoints ship)
+    # gpt-oss: biased attention, every other layer a 128-token sliding window (attending to the window only, tail
+    # term `sliding window`; KV counted as if all were full: what a pool without vLLM's hybrid allocator holds);
+    # MXFP4 experts (`--weight-dtype mxfp4`: the routed experts in 4.25 bits, the rest bf16, as the checkpoints ship)
     ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=32, top_k=4,
-              sliding_window=128, max_positions=131072, checkpoint_dtype="mxfp4"),
+              sliding_window=128, sliding_layers=12, max_positions=131072, checkpoint_dtype="mxfp4"),
     ModelSpec("gpt-oss-120b", 36, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=128, top_k=4,
-              sliding_window=128, max_positions=131072, checkpoint_dtype="mxfp4"),
+              sliding_window=128, sliding_layers=18, max_positions=131072, checkpoint_dtype="mxfp4"),
     ModelSpec("glm-4.5-air", 46, 4096, 96, 8, 128, 10944, 151552, qkv_bias=True, experts=128, top_k=8,
               shared_experts=1, moe_ffn=1408, dense_layers=1, max_positions=131072),
     ModelSpec("glm-4.5", 92, 5120, 96, 8, 128, 12288, 151552, qkv_bias=True, experts=160, top_k=8,

@@ -11,6 +11,7 @@ from llmbench.plan import bands, cuda_graphs, engines, gpus, models, search
 from llmbench.plan.drift import run_speeds
 from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
+from llmbench.plan.model_spec import ModelSpec
 from llmbench.plan.request import PlanError, PlanRequest, params_text
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.scheduler import EngineShape
@@ -88,8 +89,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
              f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}"
-             f"{weight_reads_note(roof)}{CACHED_PREEMPTION if shape.keep_preempted else ''}latencies at 80 % of "
-             "saturation or more take the near-saturation band"]
+             f"{weight_reads_note(roof)}{sliding_window_note(model)}{CACHED_PREEMPTION if shape.keep_preempted else ''}"
+             "latencies at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
@@ -173,6 +174,14 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
 
 CACHED_PREEMPTION = ("cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache until they are "
                      "allocated again, its last blocks first; re-admitted, it recomputes only those); ")
+
+
+def sliding_window_note(model: ModelSpec) -> str:
+    """Tail term `sliding window` for a model with windowed layers ("" otherwise)."""
+    if not model.sliding_layers:
+        return ""
+    return (f"sliding window ({model.sliding_layers} of {model.layers} layers attend to their {model.sliding_window} "
+            "latest tokens only; their KV is still counted in full); ")
 
 
 def graph_padding_note(roof: RooflineModel) -> str:

@@ -189,8 +189,16 @@ class RooflineModel:
         linear_flops = self.gemm_flops(rows, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
         if prefill_pairs is None:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
-        attn_flops = 4 * m.layers * attn_width * (prefill_pairs + context_tokens)
-        kv_bytes = self.kv_bytes_per_token * (context_tokens + cached_context + prefill_tokens)
+        pairs, context, cached = prefill_pairs + context_tokens, context_tokens + cached_context, 0.0
+        if m.sliding_layers:  # tail term `sliding window`: those layers attend to the window's tokens only
+            w = m.sliding_window
+            cached = min(cached_context, max(prefill_seqs, 1) * w) if prefill_tokens else 0.0
+            windowed = min(prefill_pairs, prefill_tokens * w) + min(context_tokens, decode_seqs * w)
+            share = m.sliding_layers / m.layers
+            pairs = (1 - share) * pairs + share * windowed
+            context = (1 - share) * context + share * (min(context_tokens, decode_seqs * w) + cached)
+        attn_flops = 4 * m.layers * attn_width * pairs
+        kv_bytes = self.kv_bytes_per_token * (context + prefill_tokens)
         routed_read = m.routed_read(tokens)  # 0 for a dense model, whose unrouted parameters are all of them
         touched = self.weight_bytes * ((m.unrouted_params + routed_read) / m.params)
         eff, e = self.efficiency, self.engine
