@@ -189,14 +189,13 @@ class RooflineModel:
         linear_flops = self.gemm_flops(rows, decode_seqs + max(prefill_seqs, 1 if prefill_tokens else 0))
         if prefill_pairs is None:
             prefill_pairs = prefill_tokens * (cached_context + prefill_tokens / 2)
-        pairs, context, cached = prefill_pairs + context_tokens, context_tokens + cached_context, 0.0
+        pairs, context = prefill_pairs + context_tokens, context_tokens + cached_context
         if m.sliding_layers:  # tail term `sliding window`: those layers attend to the window's tokens only
-            w = m.sliding_window
+            w, share = m.sliding_window, m.sliding_layers / m.layers
+            decoded = min(context_tokens, decode_seqs * w)
             cached = min(cached_context, max(prefill_seqs, 1) * w) if prefill_tokens else 0.0
-            windowed = min(prefill_pairs, prefill_tokens * w) + min(context_tokens, decode_seqs * w)
-            share = m.sliding_layers / m.layers
-            pairs = (1 - share) * pairs + share * windowed
-            context = (1 - share) * context + share * (min(context_tokens, decode_seqs * w) + cached)
+            pairs = (1 - share) * pairs + share * (min(prefill_pairs, prefill_tokens * w) + decoded)
+            context = (1 - share) * context + share * (decoded + cached)
         attn_flops = 4 * m.layers * attn_width * pairs
         kv_bytes = self.kv_bytes_per_token * (context + prefill_tokens)
         routed_read = m.routed_read(tokens)  # 0 for a dense model, whose unrouted parameters are all of them
