@@ -192,11 +192,10 @@ def main(root: Path, gpu_dir: str, versions: tuple[str, ...], distribution: str)
         m = pd.read_parquet(moe_file)
         m = m[(m.moe_ep_size == 1) & (m.moe_tp_size <= 8) & m.moe_dtype.isin(list(BYTES))
               & m.kernel_source.str.contains(kernel) & ~non_gated(m)]
-        factors[engine] = {r: expert_fit(m[m.distribution == r], roofline, ad, cd) for r in (distribution, SKEWED)}
-        if (m.distribution == distribution).any():
-            expert_fit(m[m.distribution == distribution], roofline, ad, cd, f"{distribution} routing", echo=True)
-        else:
+        if not (m.distribution == distribution).any():
             click.echo(f"  expert kernels: no {distribution}-routing {kernel} kernels without expert parallelism")
+        factors[engine] = {r: expert_fit(m[m.distribution == r], roofline, ad, cd, f"{r} routing",
+                                         echo=r == distribution) for r in dict.fromkeys((distribution, SKEWED))}
     transfer(factors, distribution)
 
 
@@ -227,9 +226,11 @@ def transfer(factors: dict[str, dict[str, tuple[float, float]]], distribution: s
     `distribution`: its skewed factor times the ratio of an engine on the same GPU that timed both (on the H100,
     where all three did, the ratios agree within 4 %); its time a MoE layer as fitted under skewed routing (on
     the H100 within 2 µs of the balanced fit's)."""
+    if distribution == SKEWED:
+        return
     both = {e: f[distribution][0] / f[SKEWED][0] for e, f in factors.items()
             if not math.isnan(f[distribution][0] + f[SKEWED][0])}
-    if distribution == SKEWED or not both:
+    if not both:
         return
     click.echo(f"{distribution} / {SKEWED} factor ratios: " + ", ".join(f"{e} {r:.3f}" for e, r in both.items()))
     donor, ratio = next(iter(both.items()))

@@ -144,7 +144,7 @@ class EngineProfile:
     # without chunked prefill: "separate" (SGLang, vLLM 0.6: a step prefills or decodes) or "whole" (TensorRT-LLM's
     # in-flight batching: whole prompts beside the decodes, within the token budget)
     unchunked: Literal["separate", "whole"] = "separate"
-    kernels: Kernels = Kernels()  # as timed on Hopper (`expert kernels`, `fp8 GEMMs`, `weight reads`, `block FP8`)
+    kernels: Kernels = Kernels()  # as timed (Hopper; routed experts also on the A100): the kernel-database terms
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 
