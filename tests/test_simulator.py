@@ -275,6 +275,19 @@ def test_cached_preemption_recomputes_less_and_keeps_every_block_counted(monkeyp
     assert len(kept.ttft) == n and kept.output_tokens == plain.output_tokens
 
 
+def test_the_cached_preemption_benchmark_counts_what_the_planner_finds_again(benchmark_script):
+    """benchmarks/cached_preemption.py's planner side: in its pool, every preempted request is re-admitted, most
+    find some of their blocks with the term and none without it; the summary adds up what it is given."""
+    script = benchmark_script("cached_preemption")
+    prompts, outputs = script.lengths(40, 1)
+    kept, plain = script.planner(prompts, outputs), script.planner(prompts, outputs, keep=False)
+    assert kept["preemptions"] > 0 and kept["readmissions"] == kept["preemptions"]
+    assert kept["with_a_hit"] > kept["readmissions"] / 2 and 0 < kept["hits"] < kept["tokens"]
+    assert plain["preemptions"] > 0 and plain["hits"] == plain["with_a_hit"] == 0
+    assert script.summary([(100, 64), (50, 0)], 3) == {"preemptions": 3, "readmissions": 2, "with_a_hit": 1,
+                                                      "tokens": 150, "hits": 64, "hit_share": 64 / 150}
+
+
 def test_the_rocm_forks_kv_rule_holds_prompts_back_and_preempts_less():
     """VLLM_SCHED_PREFILL_KVC_FREEPCT (MLPerf v4.1's Offline runs on MI300X): a V0 invocation admits no new prompt
     while fewer than that share of the KV blocks are free (checked once an invocation, as the fork does). Arrivals
