@@ -273,6 +273,9 @@ def test_an_moe_plan_names_its_expert_kernels_and_a_dense_one_does_not(tmp_path)
 def test_a_vllm_plan_names_cached_preemption_and_an_sglang_one_does_not(tmp_path):
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm")
     assert "cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache" in " ".join(text.split())
+    assert "whole-prompt admission (vLLM 0.19 on" in " ".join(text.split())
+    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm@0.18")
+    assert "cached preemption" in " ".join(text.split()) and "whole-prompt admission" not in " ".join(text.split())
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "sglang")
     assert "cached preemption" not in " ".join(text.split())
 
@@ -280,6 +283,9 @@ def test_a_vllm_plan_names_cached_preemption_and_an_sglang_one_does_not(tmp_path
 def test_a_gpt_oss_plan_names_its_sliding_window_and_a_llama_one_does_not(tmp_path):
     _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM")
     assert "sliding window (12 of 24 layers attend to their 128 latest tokens only" in " ".join(text.split())
+    assert "hybrid KV groups (1 full-attention and 1 sliding-window groups share one pool" in " ".join(text.split())
+    _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--engine", "sglang")
+    assert "sliding window" in text and "hybrid KV groups" not in " ".join(text.split())
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "sliding window" not in " ".join(text.split())
 

@@ -27,7 +27,7 @@ DENSE = {"latency": (-0.65, 0.25), "p99": (-0.7, 0.35), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.35, 0.7), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.15, 0.15), "latency": (-0.25, 0.1)},
-    "MoE": {**DENSE, "throughput": (-0.2, 3.0), "latency": (-0.85, 0.2), "p99": (-0.95, 0.1),
+    "MoE": {**DENSE, "throughput": (-0.15, 3.0), "latency": (-0.85, 0.2), "p99": (-0.95, 0.1),
             "memory": (-0.15, 0.05)},
     "near saturation": {"latency": (-0.65, 6.75), "p99": (-0.6, 8.1)},
 }

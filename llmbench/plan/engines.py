@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from llmbench.plan.ingest import INGEST_COST, INGEST_PARSE_SHARE
+from llmbench.plan.model_spec import ModelSpec
 from llmbench.plan.scheduler import EngineShape
 
 GiB = 2**30
@@ -134,6 +135,8 @@ class EngineProfile:
     reserve_output: bool = False  # admit a request only with KV for its whole output (no preemption)
     prefix_caching: bool = True
     cached_preemption: bool = False  # vLLM V1: a preempted request's blocks stay in the prefix cache (scheduler.py)
+    hybrid_kv: bool = False  # vLLM 0.10+: one KV group per attention type, windowed groups hold the window (scheduler.py)
+    whole_prompt_admission: bool = False  # vLLM 0.19+: a waiting request's whole sequence must fit (scheduler.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
@@ -148,8 +151,10 @@ class EngineProfile:
     # whose CUDA-graph capture list pads its steps (tail term `graph padding`, cuda_graphs.py); "": none
     graphs: Literal["", "vllm", "vllm-v0", "sglang", "llmbench", "trtllm-bench"] = ""
 
-    def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0) -> EngineShape:
-        """The simulator's view of this engine with a KV pool of `kv_tokens`."""
+    def shape(self, kv_tokens: int, prefix_hit_rate: float = 0.0, model: ModelSpec | None = None) -> EngineShape:
+        """The simulator's view of this engine with a KV pool of `kv_tokens` (a full-attention model's worth) for
+        `model`, whose windowed layers get their own KV groups under vLLM's hybrid manager."""
+        hybrid = self.hybrid_kv and model is not None and model.sliding_layers > 0
         whole = not self.chunked_prefill and self.unchunked == "whole"
         return EngineShape(self.max_num_seqs, self.max_num_batched_tokens, kv_tokens, self.block_size,
                            prefix_hit_rate if self.prefix_caching else 0.0, self.request_overhead,
@@ -158,7 +163,9 @@ class EngineProfile:
                            cap_lone_prefill=not self.lone_prefill_uncapped, decode_target=self.decode_target,
                            prefill_kv_free=self.prefill_kv_free, ingest_cost=self.ingest_cost / self.api_server_count,
                            ingest_parse_share=self.ingest_parse_share,
-                           keep_preempted=self.cached_preemption and self.prefix_caching)
+                           keep_preempted=self.cached_preemption and self.prefix_caching,
+                           kv_groups=model.kv_groups if hybrid else (1, 0),
+                           window=model.sliding_window if hybrid else 0, admit_whole=self.whole_prompt_admission)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -199,6 +206,9 @@ ASYNC_OUTPUT = (0, 6)  # vLLM 0.6.0: asynchronous output processing, the object 
 # {4, 16, 37, 64, 100, 160} µs: 100 lowest (objective 3.60 -> 3.46), 64 within 0.05 of it and the smaller move
 # (3.51; benchmarks/README.md). A fit: no held-out row runs a vLLM before 0.6.
 PRE_ASYNC_SEQ_OVERHEAD = 64e-6
+HYBRID_KV = (0, 10)  # V1's hybrid KV cache manager, on by default (PyPI sdists: in 0.9.1, not 0.9.0; versions here
+# are major.minor, so from 0.10, the first to serve gpt-oss)
+WHOLE_PROMPT = (0, 19)  # scheduler_reserve_full_isl, on by default (vllm-project/vllm#37307; 0.18.1 has no such gate)
 LONE_PREFILL = (0, 31)  # --long-prefill-token-threshold spares a lone request (vllm-project/vllm#57951)
 # V1's fixed costs: TensorRT-LLM's (its decode steps replay CUDA graphs and its engine core runs apart from the API
 # server), not BLIS's fit. Chosen on the tuning half once source I (inference-sim's vLLM 0.14 on an H100) joined
@@ -249,5 +259,6 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     on = f" on {gpu.name}" if gpu is not None else ""
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
-            "lone_prefill_uncapped": version >= LONE_PREFILL, "cached_preemption": True, **V1_COSTS,
+            "lone_prefill_uncapped": version >= LONE_PREFILL, "cached_preemption": True,
+            "hybrid_kv": version >= HYBRID_KV, "whole_prompt_admission": version >= WHOLE_PROMPT, **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

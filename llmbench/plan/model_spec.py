@@ -73,6 +73,17 @@ class ModelSpec:
         return self.embedding_params + (self.layers - moe_layers) * per_dense + moe_layers * per_moe + h
 
     @cached_property
+    def kv_groups(self) -> tuple[int, int]:
+        """vLLM V1's hybrid KV cache groups, (full-attention, sliding-window): the layers of each attention type in
+        groups of one size, the smaller type's count, or the larger's where that is under 1.5x it
+        (vllm/v1/core/kv_cache_utils.py, `_get_kv_cache_groups_uniform_page_size`); (1, 0) when all attend in full."""
+        full, sliding = self.layers - self.sliding_layers, self.sliding_layers
+        if not sliding or not full:
+            return (1, 0) if not sliding else (0, 1)
+        size = max(full, sliding) if max(full, sliding) < 1.5 * min(full, sliding) else min(full, sliding)
+        return -(-full // size), -(-sliding // size)
+
+    @cached_property
     def routed_expert_params(self) -> float:
         """Parameters of the routed experts (0 for a dense model): the part a step reads only where routed."""
         if self.experts <= 1:

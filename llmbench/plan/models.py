@@ -50,7 +50,8 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("llama-4-scout-17b-16e", 48, 5120, 40, 8, 128, 16384, 202048, experts=16, top_k=1, shared_experts=1,
               moe_ffn=8192, max_positions=10485760),
     # gpt-oss: biased attention, every other layer a 128-token sliding window (attending to the window only, tail
-    # term `sliding window`; KV counted as if all were full: what a pool without vLLM's hybrid allocator holds);
+    # term `sliding window`; their KV held for the window only where vLLM's hybrid groups run, tail term `hybrid KV
+    # groups`, and counted in full elsewhere);
     # MXFP4 experts (`--weight-dtype mxfp4`: the routed experts in 4.25 bits, the rest bf16, as the checkpoints ship)
     ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 2880, 201088, qkv_bias=True, experts=32, top_k=4,
               sliding_window=128, sliding_layers=12, max_positions=131072, checkpoint_dtype="mxfp4"),

@@ -105,7 +105,8 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     if case.bench:
         roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
         work = mlperf.workload(case.bench, case.tokens_per_sample)
-        return mlperf.predict(case, SimSetup(roof, engine.shape(mem.kv_tokens), work, (0,), case.requests, True))
+        shape = engine.shape(mem.kv_tokens, 0.0, model)
+        return mlperf.predict(case, SimSetup(roof, shape, work, (0,), case.requests, True))
     if case.isl:
         n = case.requests
         work = Workload(np.full(n, case.isl), np.full(n, case.osl), f"{case.isl}/{case.osl}")
@@ -114,7 +115,7 @@ def predict(case: Case, sharegpt: Workload | None) -> dict:
     else:
         work = sharegpt_row_a(sharegpt)
     roof = RooflineModel(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
-    shape = engine.shape(mem.kv_tokens, case.prefix_hit_rate)
+    shape = engine.shape(mem.kv_tokens, case.prefix_hit_rate, model)
     setup = SimSetup(roof, shape, work, (0,), case.requests)
     if case.mode == "rate":
         return at_rate(setup, case.value)

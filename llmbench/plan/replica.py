@@ -58,7 +58,7 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         if mem is None:
             raise PlanError(describe_misfit(model, gpu, max_len, **kw))
     roof = RooflineModel(model, gpu, mem.tp, dtype, req.kv_dtype, engine)
-    shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate)
+    shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate, model)
     memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
               "activation_gib_per_gpu": mem.activation_per_gpu / GiB, "other_gib_per_gpu": mem.other_per_gpu / GiB,
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
@@ -89,7 +89,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
              "least n x "
              f"{engine.stream_token_cost / engine.api_server_count * 1e6:.0f} µs, the API server's work per streamed "
              f"token); {graph_padding_note(roof)}; {expert_kernels_note(roof)}{fp8_note(roof)}"
-             f"{weight_reads_note(roof)}{sliding_window_note(model)}{CACHED_PREEMPTION if shape.keep_preempted else ''}"
+             f"{weight_reads_note(roof)}{sliding_window_note(model, shape)}"
+             f"{CACHED_PREEMPTION if shape.keep_preempted else ''}{WHOLE_PROMPT if shape.admit_whole else ''}"
              "latencies at 80 % of saturation or more take the near-saturation band"]
     if engine.defaults:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
@@ -174,14 +175,22 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
 
 CACHED_PREEMPTION = ("cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache until they are "
                      "allocated again, its last blocks first; re-admitted, it recomputes only those); ")
+WHOLE_PROMPT = ("whole-prompt admission (vLLM 0.19 on: a waiting request joins only when its whole sequence's blocks are "
+                "free, not just its first chunk's); ")
 
 
-def sliding_window_note(model: ModelSpec) -> str:
-    """Tail term `sliding window` for a model with windowed layers ("" otherwise)."""
+def sliding_window_note(model: ModelSpec, shape: EngineShape) -> str:
+    """Tail terms `sliding window` and `hybrid KV groups` for a model with windowed layers ("" otherwise)."""
     if not model.sliding_layers:
         return ""
-    return (f"sliding window ({model.sliding_layers} of {model.layers} layers attend to their {model.sliding_window} "
-            "latest tokens only; their KV is still counted in full); ")
+    text = (f"sliding window ({model.sliding_layers} of {model.layers} layers attend to their {model.sliding_window} "
+            "latest tokens only); ")
+    full, sliding = shape.kv_groups
+    if not sliding:
+        return text + "their KV counted in full (one KV group for all layers); "
+    return text + (f"hybrid KV groups ({full} full-attention and {sliding} sliding-window groups share one pool of "
+                   f"{sum(shape.kv_groups)}x a full-attention model's blocks; a sliding group holds a request's "
+                   "window only; a preempted request's cache is found whole or not at all); ")
 
 
 def graph_padding_note(roof: RooflineModel) -> str:

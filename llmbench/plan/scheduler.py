@@ -6,7 +6,21 @@ Tail term `cached preemption` (vLLM V1, prefix caching on; vllm/v1/core, read in
 blocks are freed, not wiped. Freed blocks join a pool in eviction order: full (hashed) blocks at its tail, a
 preempted request's in reverse so its last blocks go first, a partial block at its head; every allocation takes
 the head, evicting what it takes. Re-admitted, the request finds its surviving leading blocks in the prefix
-cache (at most its tokens - 1) and computes only the rest. Elsewhere a preempted request recomputes all."""
+cache (at most its tokens - 1) and computes only the rest. Elsewhere a preempted request recomputes all.
+
+Tail term `hybrid KV groups` (vLLM V1's hybrid KV cache manager, on by default from 0.10; read in 0.32's
+kv_cache_utils, single_type_kv_cache_manager and kv_cache_coordinator): a model with full and sliding-window layers
+gets one block table per group of layers of one type, all drawn from one pool whose blocks each span one group's
+layers (gpt-oss: one full and one sliding group, a pool of twice a full-attention model's blocks). A request holds
+every block of its tokens in a full group, in a sliding group only those not wholly before its window (each
+allocation first frees, cached, the blocks before max(0, computed - W + 1)). A re-admitted request's cache hit needs
+the sliding group's last window of blocks too, and the blocks before it were freed earlier, so they are evicted
+first: once any of a preempted request's blocks is evicted, it finds nothing (all or nothing).
+
+Tail term `whole-prompt admission` (vLLM 0.19 on, `scheduler_reserve_full_isl`, on by default; read in 0.19.0 and 0.32):
+a waiting request, new or preempted, joins only when the blocks of its whole sequence so far are free (cached ones
+count as free; a sliding group's at most its window and a step's tokens), not just those of its first chunk; nothing
+is reserved by it."""
 
 from __future__ import annotations
 
@@ -49,6 +63,9 @@ class EngineShape:
     # the decodes without chunked prefill, after them with it (0: no such rule)
     prefill_kv_free: float = 0.0
     keep_preempted: bool = False  # tail term `cached preemption`: a preempted request's blocks stay cached
+    kv_groups: tuple[int, int] = (1, 0)  # tail term `hybrid KV groups`: (full-attention, sliding-window) groups
+    window: int = 0  # the sliding groups' window in tokens (hybrid KV groups; 0: none)
+    admit_whole: bool = False  # tail term `whole-prompt admission`: a waiting request's whole sequence must fit
 
 
 class Request:
@@ -73,7 +90,7 @@ class Scheduler:
 
     def __init__(self, shape: EngineShape) -> None:
         self.shape = shape
-        self.free = shape.kv_capacity_tokens // shape.block_size
+        self.free = shape.kv_capacity_tokens // shape.block_size * sum(shape.kv_groups)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.preemptions = 0
@@ -83,13 +100,28 @@ class Scheduler:
         # `cached preemption`: the free blocks in eviction order as [preempted owner or None, blocks]
         self.pool: deque[list] | None = deque([[None, self.free]]) if shape.keep_preempted else None
 
+    def held(self, computed: int, upto: int) -> int:
+        """Blocks a request holds to compute its tokens up to `upto` with `computed` computed: every group's blocks
+        up to it, less a sliding group's wholly before the window (hybrid KV groups)."""
+        n = -(-upto // self.shape.block_size)
+        full, sliding = self.shape.kv_groups
+        if not sliding:
+            return n
+        skipped = max(0, computed - self.shape.window + 1) // self.shape.block_size
+        return full * n + sliding * (n - min(skipped, n))
+
     def blocks_for(self, r: Request, n: int) -> int:
-        return math.ceil((r.computed + n) / self.shape.block_size) - r.blocks
+        """More blocks r needs for n more tokens (negative: blocks its sliding groups give back)."""
+        return self.held(r.computed, r.computed + n) - r.blocks
 
     def grow(self, r: Request, n: int) -> bool:
         """Reserve blocks for n more tokens of running request r, preempting the newest ones; False when
         r itself was preempted."""
         need = self.blocks_for(r, n)
+        if need < 0:
+            self.give(-need)
+            r.blocks += need
+            return True
         if r.reserved:
             used = min(need, r.reserved)
             r.reserved -= used
@@ -115,18 +147,28 @@ class Scheduler:
             k = min(n, head[1])
             head[1] -= k
             n -= k
-            if head[0] is not None:
+            if head[0] is not None and self.shape.kv_groups[1]:
+                head[0].kept, head[0] = 0, None  # hybrid KV groups: its hit is gone with any of its blocks
+            elif head[0] is not None:
                 head[0].kept -= k
             if not head[1]:
                 self.pool.popleft()
 
+    def give(self, blocks: int) -> None:
+        """Blocks a sliding group's window left behind back to the pool's tail, cached (hybrid KV groups)."""
+        self.free += blocks
+        if self.pool is not None:
+            self._join(self.pool.append, -1, None, blocks)
+
     def release(self, r: Request, preempted: bool = False) -> None:
         """r's blocks back to the free pool: its full ones at the tail (kept for r when it was preempted), a
-        partial one at the head."""
+        partial one a group at the head."""
         self.free += r.blocks
         if self.pool is not None:
-            full = min(r.computed // self.shape.block_size, r.blocks)
-            r.kept = full if preempted else 0
+            whole = r.computed // self.shape.block_size
+            partial = sum(self.shape.kv_groups) if r.computed % self.shape.block_size else 0
+            full = min(whole, r.blocks) if not self.shape.kv_groups[1] else max(r.blocks - partial, 0)
+            r.kept = min(whole, full) if preempted and full else 0
             if full:
                 self._join(self.pool.append, -1, r if preempted else None, full)
             if r.blocks > full:
@@ -141,16 +183,19 @@ class Scheduler:
         else:
             add([owner, blocks])
 
-    def _reclaim(self, r: Request, blocks: int) -> None:
-        """Take `blocks` of preempted r's cached blocks out of the pool; any more of them are no longer r's."""
+    def _reclaim(self, r: Request, blocks: int) -> int:
+        """Take `blocks` of preempted r's cached blocks out of the pool (as many as are left); any more of them are
+        no longer r's. Returns how many it took."""
         for i, seg in enumerate(self.pool):
             if seg[0] is r:
+                blocks = min(blocks, seg[1])
                 seg[0], seg[1] = None, seg[1] - blocks
                 if not seg[1]:
                     del self.pool[i]
                 break
         self.free -= blocks
         r.kept = 0
+        return blocks
 
     def _cached(self, r: Request) -> int:
         """Tokens of r already computed on admission: on its first one, the prefix-cache hit (whole blocks,
@@ -178,9 +223,25 @@ class Scheduler:
         computed, cap = self._cached(r), self._cap()
         todo = r.prompt + r.generated - computed
         n = min(cap if 0 < cap < todo else todo, budget)
-        need = math.ceil((computed + n) / bs) - r.blocks
+        need = self.held(computed, computed + n) - r.blocks
         reserve = math.ceil((r.prompt + r.output) / bs) - r.blocks if self.shape.reserve_output else need
         return n, need, reserve
+
+    def _whole(self, r: Request) -> int:
+        """Blocks waiting r's whole sequence needs (`whole-prompt admission`): every group's up to its tokens, a
+        sliding group's at most its window and a step's tokens (vLLM 0.32's admission cap)."""
+        n = -(-(r.prompt + r.generated) // self.shape.block_size)
+        full, sliding = self.shape.kv_groups
+        cap = -(-(self.shape.window - 1 + self.shape.max_num_batched_tokens) // self.shape.block_size)
+        return full * n + sliding * min(n, cap) - r.blocks
+
+    def _blocked(self, r: Request, n: int, reserve: int, budget: int, slack: int = 0) -> bool:
+        """Whether waiting r stays out of this step: its blocks (or with whole-prompt admission its whole
+        sequence's) are not free, even with `slack` more, or `whole_prompts` keeps it out."""
+        room = self.free - self.reserved + slack
+        if reserve > room or (self.shape.admit_whole and self._whole(r) > room):
+            return True
+        return self._cut(r, n, budget)
 
     def _cut(self, r: Request, n: int, budget: int) -> bool:
         """Whether `whole_prompts` keeps r out of a step that has `budget` tokens left: the rest of its prompt
@@ -196,15 +257,13 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.shape.max_num_seqs:
             r = self.waiting[0]
             n, need, reserve = self._admission(r, budget)
-            if reserve > self.free - self.reserved or self._cut(r, n, budget):
+            if self._blocked(r, n, reserve, budget):
                 break
             r.computed, r.hit_done = self._cached(r), True
             self.reserved += reserve - need
             r.reserved = reserve - need
             self.waiting.popleft()
-            hit = r.computed // self.shape.block_size if r.kept else 0
-            if r.kept:
-                self._reclaim(r, hit)
+            hit = self._reclaim(r, self.held(r.computed, r.computed)) if r.kept else 0
             self.take(need - hit)
             r.blocks += need
             self.running.append(r)
@@ -224,14 +283,19 @@ class Scheduler:
         if not batch or batch > shape.max_num_batched_tokens or shape.decode_target is not None:
             return None
         budget = shape.max_num_batched_tokens - (batch if shape.chunked_prefill else 0)
+        sliding = shape.kv_groups[1]
         if self.waiting and batch < shape.max_num_seqs and budget > 0 and not self._kv_held():
             n, _, reserve = self._admission(self.waiting[0], budget)
-            if reserve <= self.free - self.reserved and not self._cut(self.waiting[0], n, budget):
+            if not self._blocked(self.waiting[0], n, reserve, budget, slack=sliding * batch):
                 return None
         steps = min(r.output - r.generated for r in running) - 1
         if steps < 2 or any(r.todo != 1 or not r.generated or r.delivered != r.generated for r in running):
             return None
-        if sum(self.blocks_for(r, steps) for r in running) > self.free:
+        moves = [self._stretch(r, steps) for r in running] if sliding else None
+        if moves is not None and None in moves:
+            return None
+        need = sum(m[0] for m in moves) if moves else sum(self.blocks_for(r, steps) for r in running)
+        if need > self.free:
             return None
         context = sum(r.computed for r in running) + batch
         times = speed * np.array([model.step_time(0, batch, context + j * batch) for j in range(steps)])
@@ -242,13 +306,35 @@ class Scheduler:
         first = np.array([ends[0] - r.last_delivery for r in running])  # a stalled request waited longer
         times = times[1:steps]
         now = float(ends[steps - 1])
-        for r in running:
-            self.grow(r, steps)  # the blocks are there (checked above): no preemption
+        moves = [self._stretch(r, steps) for r in running] if sliding else None
+        for i, r in enumerate(running):
+            if moves:
+                self.take(moves[i][0])
+                r.blocks += moves[i][0] - moves[i][1]
+            else:
+                self.grow(r, steps)  # the blocks are there (checked above): no preemption
             r.computed += steps
             r.generated += steps
             r.delivered, r.last_delivery = r.generated, now
+        if moves:
+            self.give(sum(m[1] for m in moves))
         bulk += [first, np.repeat(times, batch)]
         return now
+
+    def _stretch(self, r: Request, steps: int) -> tuple[int, int] | None:
+        """Hybrid KV groups over `steps` decodes of r: the blocks the steps take one by one and those its sliding
+        groups give back (taken at the pool's head, given at its tail, as stepping would); None while r's window
+        has blocks still to give back from a step before (they go first, stepped)."""
+        bs, window = self.shape.block_size, self.shape.window
+        full, sliding = self.shape.kv_groups
+        c = r.computed
+        n = -(-c // bs)
+        if n - (r.blocks - full * n) // sliding < max(0, c - window) // bs:
+            return None
+        x = c + np.arange(steps)
+        grows = x % bs == 0
+        drops = np.maximum(0, x - window + 1) // bs - np.maximum(0, x - window) // bs
+        return int(((full + sliding - sliding * drops) * grows).sum()), int((sliding * drops * ~grows).sum())
 
     def _may_prefill(self) -> bool:
         """AMD's MLPerf patch (`decode_target`): a scheduler invocation prefills only below MAX running, with more
@@ -296,11 +382,13 @@ class Scheduler:
                     return batch
         before = self.preemptions
         i, bs, cap, limit = 0, self.shape.block_size, self._cap(), self._decode_limit()
+        sliding = self.shape.kv_groups[1]
         while i < min(len(self.running), limit) and budget > 0:  # preemption pops from the end, so index forward
             r = self.running[i]
             todo = r.prompt + r.generated - r.computed
             n = min(cap if 0 < cap < todo else todo, budget)
-            if (-(-(r.computed + n) // bs) > r.blocks or r.reserved) and not self.grow(r, n):
+            resize = self.blocks_for(r, n) if sliding else -(-(r.computed + n) // bs) > r.blocks
+            if (resize or r.reserved) and not self.grow(r, n):
                 return batch
             batch.append((r, n))
             budget -= n
