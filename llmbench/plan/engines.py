@@ -135,7 +135,7 @@ class EngineProfile:
     reserve_output: bool = False  # admit a request only with KV for its whole output (no preemption)
     prefix_caching: bool = True
     cached_preemption: bool = False  # vLLM V1: a preempted request's blocks stay in the prefix cache (scheduler.py)
-    hybrid_kv: bool = False  # vLLM 0.10+: one KV group per attention type, windowed groups hold the window (scheduler.py)
+    hybrid_kv: bool = False  # vLLM 0.10+: a KV group per attention type, windowed ones hold the window (scheduler.py)
     whole_prompt_admission: bool = False  # vLLM 0.19+: a waiting request's whole sequence must fit (scheduler.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0

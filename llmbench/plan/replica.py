@@ -175,8 +175,8 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
 
 CACHED_PREEMPTION = ("cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache until they are "
                      "allocated again, its last blocks first; re-admitted, it recomputes only those); ")
-WHOLE_PROMPT = ("whole-prompt admission (vLLM 0.19 on: a waiting request joins only when its whole sequence's blocks are "
-                "free, not just its first chunk's); ")
+WHOLE_PROMPT = ("whole-prompt admission (vLLM 0.19 on: a waiting request joins only when its whole sequence's "
+                "blocks are free, not just its first chunk's); ")
 
 
 def sliding_window_note(model: ModelSpec, shape: EngineShape) -> str:
