@@ -127,7 +127,8 @@ def planner(prompts: np.ndarray, outputs: np.ndarray, budget: int, keep: bool = 
     with mock.patch.object(Scheduler, "release", on_release), mock.patch.object(Scheduler, "admit", on_admit):
         res = simulate(np.zeros(len(prompts)), prompts, outputs, Clock(),
                        EngineShape(min(256, budget), budget, tokens or BLOCKS * BLOCK_SIZE // sum(groups), BLOCK_SIZE,
-                                   keep_preempted=keep, admit_whole=whole, kv_groups=groups, window=window))
+                                   keep_preempted=keep, admit_whole=whole, kv_groups=groups, window=window,
+                                   null_blocks=1))
     return summary(readmissions, res.preemptions)
 
 

@@ -31,6 +31,7 @@ def test_a_sliding_group_holds_the_window_and_gives_back_what_slides_out():
     one, only those not wholly before max(0, computed - W + 1); what slides out returns to the pool."""
     sched = Scheduler(EngineShape(8, 4096, 1600, 16, **HYBRID))
     assert sched.free == 200  # 100 blocks of a full-attention model's pool, twice over
+    assert Scheduler(EngineShape(8, 4096, 1600, 16, **HYBRID, null_blocks=1)).free == 199  # vLLM's null block
     assert sched.held(0, 1000) == 63 + 63 and sched.held(1000, 1001) == 63 + 63 - 54  # (1000 - 128 + 1) // 16 skipped
     r = Request(0.0, 1000, 50)
     sched.waiting.append(r)

@@ -66,6 +66,7 @@ class EngineShape:
     kv_groups: tuple[int, int] = (1, 0)  # tail term `hybrid KV groups`: (full-attention, sliding-window) groups
     window: int = 0  # the sliding groups' window in tokens (hybrid KV groups; 0: none)
     admit_whole: bool = False  # tail term `whole-prompt admission`: a waiting request's whole sequence must fit
+    null_blocks: int = 0  # blocks the pool never hands out (vLLM V1's null block; 0 where a pool is thousands)
 
 
 class Request:
@@ -90,7 +91,7 @@ class Scheduler:
 
     def __init__(self, shape: EngineShape) -> None:
         self.shape = shape
-        self.free = shape.kv_capacity_tokens // shape.block_size * sum(shape.kv_groups)
+        self.free = shape.kv_capacity_tokens // shape.block_size * sum(shape.kv_groups) - shape.null_blocks
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.preemptions = 0
