@@ -15,7 +15,9 @@ layers (gpt-oss: one full and one sliding group, a pool of twice a full-attentio
 every block of its tokens in a full group, in a sliding group only those not wholly before its window (each
 allocation first frees, cached, the blocks before max(0, computed - W + 1)). A re-admitted request's cache hit needs
 the sliding group's last window of blocks too, and the blocks before it were freed earlier, so they are evicted
-first: once any of a preempted request's blocks is evicted, it finds nothing (all or nothing).
+first: once any of a preempted request's blocks is evicted, it finds nothing (all or nothing). That is 0.10-0.22,
+whose sliding groups cache every full block; from 0.23 they cache only blocks a hit could end on (sparse retention,
+`reachable_block_mask`), so a request preempted while decoding finds less still there (not modelled).
 
 Tail term `whole-prompt admission` (vLLM 0.19 on, `scheduler_reserve_full_isl`, on by default; read in 0.19.0 and 0.32):
 a waiting request, new or preempted, joins only when the blocks of its whole sequence so far are free (cached ones
