@@ -102,7 +102,7 @@ def summary(readmissions: list[tuple[int, int]], preemptions: int) -> dict:
 
 
 def planner(prompts: np.ndarray, outputs: np.ndarray, budget: int, keep: bool = True, whole: bool = True,
-            groups: tuple[int, int] = (1, 0), window: int = 0, tokens: int | None = None) -> dict:
+            groups: tuple[int, int] = (1, 0), window: int = 0, tokens: int | None = None, sparse: bool = True) -> dict:
     """The planner's scheduler on the same burst and pool (`groups` hybrid KV groups of a `window`-token sliding
     window share its blocks; `tokens`: a full-attention model's pool in the same memory, by default the blocks'
     tokens over the groups): each re-admission's tokens and the tokens it found."""
@@ -128,7 +128,7 @@ def planner(prompts: np.ndarray, outputs: np.ndarray, budget: int, keep: bool = 
         res = simulate(np.zeros(len(prompts)), prompts, outputs, Clock(),
                        EngineShape(min(256, budget), budget, tokens or BLOCKS * BLOCK_SIZE // sum(groups), BLOCK_SIZE,
                                    keep_preempted=keep, admit_whole=whole, kv_groups=groups, window=window,
-                                   null_blocks=1))
+                                   null_blocks=1, sparse_window=sparse and groups[1] > 0))
     return summary(readmissions, res.preemptions)
 
 

@@ -71,6 +71,24 @@ def test_a_preempted_hybrid_request_finds_its_cache_whole_or_not_at_all():
         assert sched._cached(r) == found
 
 
+def test_a_sparse_window_cache_keeps_only_the_prompts_end():
+    """vLLM 0.23 on: a sliding group caches only the blocks a hit could end on, the prompt's last whole block, so a
+    preempted request finds at most its prompt, and only while its window still holds the blocks that hit needs."""
+    for computed, kept in ((190, 0), (200, 12), (207, 12), (208, 0), (300, 0)):
+        sched = Scheduler(EngineShape(8, 256, 16000, 16, **HYBRID, sparse_window=True))
+        r = Request(0.0, 200, 200)
+        r.computed, r.blocks = computed, sched.held(computed - 1, computed)
+        sched.take(r.blocks)
+        sched.release(r, preempted=True)
+        assert r.kept == kept, computed
+    dense = Scheduler(EngineShape(8, 256, 16000, 16, **HYBRID))
+    r = Request(0.0, 200, 200)
+    r.computed, r.blocks = 300, dense.held(299, 300)
+    dense.take(r.blocks)
+    dense.release(r, preempted=True)
+    assert r.kept == 18  # 0.10-0.22: every whole block it computed
+
+
 def test_hybrid_groups_keep_every_block_counted(monkeypatch):
     """A burst that outgrows a hybrid pool: the pool always holds exactly the free blocks, every block comes back,
     and keeping a preempted request's cache still saves recompute (when none of it was evicted)."""
@@ -121,6 +139,8 @@ def test_the_versions_that_bring_each_rule():
                                                            "vllm@0.18": (1, 1), "vllm@0.19": (1, 1),
                                                            "vllm": (1, 1), "sglang": (1, 0)}
     assert [v for v, s in shape.items() if s.admit_whole] == ["vllm@0.19", "vllm"]
+    assert [v for v, s in shape.items() if s.sparse_window] == ["vllm"]  # 0.23 on, hybrid only
+    assert not engines.profile("vllm", h100).shape(10**6, 0.0, llama).sparse_window
     assert engines.profile("vllm", h100).shape(10**6, 0.0, llama).kv_groups == (1, 0)
     assert shape["vllm"].window == 128 and shape["sglang"].window == 0
 

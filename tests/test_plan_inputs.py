@@ -284,6 +284,7 @@ def test_a_gpt_oss_plan_names_its_sliding_window_and_a_llama_one_does_not(tmp_pa
     _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM")
     assert "sliding window (12 of 24 layers attend to their 128 latest tokens only" in " ".join(text.split())
     assert "hybrid KV groups (1 full-attention and 1 sliding-window groups share one pool" in " ".join(text.split())
+    assert "only to its prompt end (sparse window cache, vLLM 0.23 on)" in " ".join(text.split())
     _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--engine", "sglang")
     assert "sliding window" in text and "hybrid KV groups" not in " ".join(text.split())
     _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")

@@ -137,6 +137,7 @@ class EngineProfile:
     cached_preemption: bool = False  # vLLM V1: a preempted request's blocks stay in the prefix cache (scheduler.py)
     hybrid_kv: bool = False  # vLLM 0.10+: a KV group per attention type, windowed ones hold the window (scheduler.py)
     whole_prompt_admission: bool = False  # vLLM 0.19+: a waiting request's whole sequence must fit (scheduler.py)
+    sparse_window_cache: bool = False  # vLLM 0.23+: sliding groups cache only a hit's possible ends (scheduler.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
@@ -165,7 +166,8 @@ class EngineProfile:
                            ingest_parse_share=self.ingest_parse_share,
                            keep_preempted=self.cached_preemption and self.prefix_caching,
                            kv_groups=model.kv_groups if hybrid else (1, 0),
-                           window=model.sliding_window if hybrid else 0, admit_whole=self.whole_prompt_admission)
+                           window=model.sliding_window if hybrid else 0, admit_whole=self.whole_prompt_admission,
+                           sparse_window=hybrid and self.sparse_window_cache)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -209,6 +211,7 @@ PRE_ASYNC_SEQ_OVERHEAD = 64e-6
 HYBRID_KV = (0, 10)  # V1's hybrid KV cache manager, on by default (PyPI sdists: in 0.9.1, not 0.9.0; versions here
 # are major.minor, so from 0.10, the first to serve gpt-oss)
 WHOLE_PROMPT = (0, 19)  # scheduler_reserve_full_isl, on by default (vllm-project/vllm#37307; 0.18.1 has no such gate)
+SPARSE_WINDOW = (0, 23)  # sliding groups cache only reachable blocks (PyPI sdists: reachable_block_mask from 0.23.0)
 LONE_PREFILL = (0, 31)  # --long-prefill-token-threshold spares a lone request (vllm-project/vllm#57951)
 # V1's fixed costs: TensorRT-LLM's (its decode steps replay CUDA graphs and its engine core runs apart from the API
 # server), not BLIS's fit. Chosen on the tuning half once source I (inference-sim's vLLM 0.14 on an H100) joined
@@ -260,5 +263,6 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     on = f" on {gpu.name}" if gpu is not None else ""
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
             "lone_prefill_uncapped": version >= LONE_PREFILL, "cached_preemption": True,
-            "hybrid_kv": version >= HYBRID_KV, "whole_prompt_admission": version >= WHOLE_PROMPT, **V1_COSTS,
+            "hybrid_kv": version >= HYBRID_KV, "whole_prompt_admission": version >= WHOLE_PROMPT,
+            "sparse_window_cache": version >= SPARSE_WINDOW, **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

@@ -190,7 +190,9 @@ def sliding_window_note(model: ModelSpec, shape: EngineShape) -> str:
         return text + "their KV counted in full (one KV group for all layers); "
     return text + (f"hybrid KV groups ({full} full-attention and {sliding} sliding-window groups share one pool of "
                    f"{sum(shape.kv_groups)}x a full-attention model's blocks; a sliding group holds a request's "
-                   "window only; a preempted request's cache is found whole or not at all); ")
+                   "window only; a preempted request's cache is found whole or not at all"
+                   f"{', and only to its prompt end (sparse window cache, vLLM 0.23 on)' if shape.sparse_window else ''}"
+                   "); ")
 
 
 def graph_padding_note(roof: RooflineModel) -> str:

@@ -16,8 +16,10 @@ every block of its tokens in a full group, in a sliding group only those not who
 allocation first frees, cached, the blocks before max(0, computed - W + 1)). A re-admitted request's cache hit needs
 the sliding group's last window of blocks too, and the blocks before it were freed earlier, so they are evicted
 first: once any of a preempted request's blocks is evicted, it finds nothing (all or nothing). That is 0.10-0.22,
-whose sliding groups cache every full block; from 0.23 they cache only blocks a hit could end on (sparse retention,
-`reachable_block_mask`), so a request preempted while decoding finds less still there (not modelled).
+whose sliding groups cache every full block. Tail term `sparse window cache` (0.23 on; `reachable_block_mask`, the
+default `prefix_cache_retention_interval` 0): a sliding group caches only the blocks a hit could end on, its prompt's
+last whole block, so a preempted request finds at most its prompt, and only while its window still holds that
+block's cdiv(W - 1, bs) blocks.
 
 Tail term `whole-prompt admission` (vLLM 0.19 on, `scheduler_reserve_full_isl`, on by default; read in 0.19.0 and 0.32):
 a waiting request, new or preempted, joins only when the blocks of its whole sequence so far are free (cached ones
@@ -69,6 +71,7 @@ class EngineShape:
     window: int = 0  # the sliding groups' window in tokens (hybrid KV groups; 0: none)
     admit_whole: bool = False  # tail term `whole-prompt admission`: a waiting request's whole sequence must fit
     null_blocks: int = 0  # blocks the pool never hands out (vLLM V1's null block; 0 where a pool is thousands)
+    sparse_window: bool = False  # tail term `sparse window cache`: a sliding group caches only its prompt's end
 
 
 class Request:
@@ -172,6 +175,8 @@ class Scheduler:
             partial = sum(self.shape.kv_groups) if r.computed % self.shape.block_size else 0
             full = min(whole, r.blocks) if not self.shape.kv_groups[1] else max(r.blocks - partial, 0)
             r.kept = min(whole, full) if preempted and full else 0
+            if r.kept and self.shape.sparse_window:
+                r.kept = self._prompt_end(r)
             if full:
                 self._join(self.pool.append, -1, r if preempted else None, full)
             if r.blocks > full:
@@ -185,6 +190,15 @@ class Scheduler:
             self.pool[end][1] += blocks
         else:
             add([owner, blocks])
+
+    def _prompt_end(self, r: Request) -> int:
+        """Blocks preempted r can find under `sparse window cache`: its prompt's whole blocks (the replay boundary,
+        its prompt - 1 tokens) if it computed them and its window still held the blocks a hit there needs; else 0."""
+        bs, window = self.shape.block_size, self.shape.window
+        end = (r.prompt - 1) // bs
+        need = -(-(window - 1) // bs)
+        skipped = max(0, r.computed - window) // bs  # its last allocation's, one token before
+        return end if r.computed >= end * bs and skipped <= end - need else 0
 
     def _reclaim(self, r: Request, blocks: int) -> int:
         """Take `blocks` of preempted r's cached blocks out of the pool (as many as are left); any more of them are
