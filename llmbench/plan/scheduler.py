@@ -314,6 +314,7 @@ class Scheduler:
         need = sum(m[0] for m in moves) if moves else sum(self.blocks_for(r, steps) for r in running)
         if need > self.free:
             return None
+        planned = steps  # the stretch checked; an arrival may cut it short
         context = sum(r.computed for r in running) + batch
         times = speed * np.array([model.step_time(0, batch, context + j * batch) for j in range(steps)])
         ends = now + np.cumsum(times)
@@ -323,7 +324,8 @@ class Scheduler:
         first = np.array([ends[0] - r.last_delivery for r in running])  # a stalled request waited longer
         times = times[1:steps]
         now = float(ends[steps - 1])
-        moves = [self._stretch(r, steps) for r in running] if sliding else None
+        if moves and steps < planned:
+            moves = [self._stretch(r, steps) for r in running]
         for i, r in enumerate(running):
             if moves:
                 self.take(moves[i][0])
