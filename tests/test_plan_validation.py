@@ -194,7 +194,8 @@ def test_the_lab_pages_are_held_out_by_their_rule():
     assert not any(flag in command.split() for _, command, _ in lab_pages.RUNS for flag in left_out)
     assert not [c for c in cases if c.model == "glm-4.5-air" and c.isl]
     assert lab_pages.server("trtllm-serve Qwen/Qwen3-14B --max_num_tokens=32768", "0.11") == (
-        "trtllm", "Qwen/Qwen3-14B", 1, {"max_num_batched_tokens": 32768})
+        "trtllm", "Qwen/Qwen3-14B", 1, {"max_num_batched_tokens": 32768}, 0)
+    assert lab_pages.server("vllm serve openai/gpt-oss-120b --max-model-len 32768", "0.10")[4] == 32768
     assert lab_pages.server("sglang --model zai-org/GLM-4.5-Air-FP8 --tp-size 4", "0.11")[1:3] == (
         "zai-org/GLM-4.5-Air-FP8", 4)
     fp8 = [c for c in cases if c.model == "glm-4.5-air" and c.weight_dtype == "fp8"]
@@ -204,6 +205,34 @@ def test_the_lab_pages_are_held_out_by_their_rule():
     (run,) = [c for c in cases if c.what.startswith("L: Qwen3-14B vllm, 1xA100-80GB, ShareGPT")]
     assert run.engine == "vllm@0.11" and run.published["mean_ttft_ms"] == 41875.1
     assert run.sharegpt_means == pytest.approx((217.393, 201.605))
+
+
+def test_a_printed_vllm_command_that_ran_had_a_pool_to_start():
+    """Tail term `published start`: vLLM will not start unless its pool holds one request of --max-model-len, by
+    default the model's context, so a lab page's vLLM run (its command printed) had at least that pool. The memory
+    account leaves Qwen3-32B on one H100 ~18k tokens, less than its 40,960-token context: those runs get 40,960 (the
+    least pool that starts); a run whose command sets --max-model-len 32768 is held to that; no other case moves."""
+    from llmbench.plan.memory import plan_memory, vllm_kv_needed
+    from llmbench.plan.published import published_start
+
+    by_page = {}
+    for c in lab_pages.CASES:
+        by_page.setdefault(c.source.split("performance-lab/")[1], []).append(c)
+    h100 = [c for c in by_page["qwen3-32b/h100.md"] if c.engine.startswith("vllm")]
+    oss = [c for c in by_page["gpt-oss-120b/h100.md"] if c.engine.startswith("vllm")]
+    assert h100 and all(c.served_len == 0 for c in h100) and oss and all(c.served_len == 32768 for c in oss)
+    assert all(c.served_len is None for c in CASES)  # no serving command printed: nothing to deduce
+    qwen, gpu = models.model("qwen3-32b"), gpus.gpu("H100-SXM")
+    engine = engines.profile("vllm@0.11", gpu)
+    mem = plan_memory(qwen, gpu, 1, "bf16", "bf16", engine)
+    started = published_start(mem, vllm_kv_needed(qwen, qwen.max_positions, engine))
+    assert mem.kv_tokens < 20000 and started.kv_tokens == 40960
+    assert started.kv_per_gpu == pytest.approx(40960 * mem.kv_bytes_per_token)
+    assert published_start(started, 32768) is started
+    oss_model = models.model("gpt-oss-120b")
+    oss_engine = engines.profile("vllm@0.10", gpu)
+    oss_mem = plan_memory(oss_model, gpu, 1, "mxfp4", "bf16", oss_engine)
+    assert published_start(oss_mem, vllm_kv_needed(oss_model, 32768, oss_engine)) is oss_mem
 
 
 def test_every_published_case_is_named_once():

@@ -23,7 +23,7 @@ from llmbench.plan.model_spec import ModelSpec
 Band = tuple[float, float]
 KINDS = ("throughput", "latency", "p99", "memory")
 KNEE = 0.8  # utilization (rate / saturation rate) from which a latency is "near saturation"
-DENSE = {"latency": (-0.65, 0.25), "p99": (-0.7, 0.35), "memory": (-0.05, 0.05)}
+DENSE = {"latency": (-0.65, 0.25), "p99": (-0.7, 0.45), "memory": (-0.05, 0.05)}
 BANDS: dict[str, dict[str, Band]] = {
     "dense, TP <= 2": {"throughput": (-0.35, 0.7), **DENSE},
     "dense, TP >= 4": {**DENSE, "throughput": (-0.15, 0.15), "latency": (-0.25, 0.1)},

@@ -31,3 +31,5 @@ class Case:
     streamed: bool = True  # measured by an HTTP client streaming every token (False: MLPerf LoadGen, trtllm-bench)
     batcher: tuple[int, float] | None = None  # a harness's (batch size, seconds) between arrivals and replicas
     checkpoint: str = ""  # the checkpoint as the source names it, where its format matters (Qwen's -FP8: blocks)
+    served_len: int | None = None  # the printed serving command's --max-model-len (0: vLLM's default, the model's
+    # context); None: no command printed. A vLLM that ran had a pool to hold it (`published start`, published.py)

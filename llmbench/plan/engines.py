@@ -138,6 +138,7 @@ class EngineProfile:
     hybrid_kv: bool = False  # vLLM 0.10+: a KV group per attention type, windowed ones hold the window (scheduler.py)
     whole_prompt_admission: bool = False  # vLLM 0.19+: a waiting request's whole sequence must fit (scheduler.py)
     sparse_window_cache: bool = False  # vLLM 0.23+: sliding groups cache only a hit's possible ends (scheduler.py)
+    start_null_block: bool = False  # vLLM 0.29+: its start-up check sets the null block aside (memory.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
     defaults: str = ""  # which version's defaults these are, when they depend on it (vLLM)
@@ -212,6 +213,7 @@ HYBRID_KV = (0, 10)  # V1's hybrid KV cache manager, on by default (PyPI sdists:
 # are major.minor, so from 0.10, the first to serve gpt-oss)
 WHOLE_PROMPT = (0, 19)  # scheduler_reserve_full_isl, on by default (vllm-project/vllm#37307; 0.18.1 has no such gate)
 SPARSE_WINDOW = (0, 23)  # sliding groups cache only reachable blocks (PyPI sdists: reachable_block_mask from 0.23.0)
+NULL_BLOCK_CHECK = (0, 29)  # the start-up check plans against the pool less its null block (PyPI sdists: 0.29.0 on)
 LONE_PREFILL = (0, 31)  # --long-prefill-token-threshold spares a lone request (vllm-project/vllm#57951)
 # V1's fixed costs: TensorRT-LLM's (its decode steps replay CUDA graphs and its engine core runs apart from the API
 # server), not BLIS's fit. Chosen on the tuning half once source I (inference-sim's vLLM 0.14 on an H100) joined
@@ -264,5 +266,6 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
             "lone_prefill_uncapped": version >= LONE_PREFILL, "cached_preemption": True,
             "hybrid_kv": version >= HYBRID_KV, "whole_prompt_admission": version >= WHOLE_PROMPT,
-            "sparse_window_cache": version >= SPARSE_WINDOW, **V1_COSTS,
+            "sparse_window_cache": version >= SPARSE_WINDOW, "start_null_block": version >= NULL_BLOCK_CHECK,
+            **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

@@ -15,7 +15,9 @@ joined by the same rule once GLM-4.5's layout entered the catalog, before the pl
 
 The throughput pages send every request at once (`vllm bench serve`, rate inf); the latency page and each
 page's "concurrency 4" block are closed loops. A100 is the 80 GB card (the Qwen3-14B page omits the size; the
-lab's other A100 pages state it). ShareGPT runs are rescaled to their own token totals. The runs are in
+lab's other A100 pages state it). ShareGPT runs are rescaled to their own token totals. Each case keeps its command's
+--max-model-len (0: vLLM's default, the model's context) as `served_len`: the run started, so vLLM's pool held one
+request that long (tail term `published start`, published.py). The runs are in
 data/gpustack_lab.json, as the pages print them.
 """
 
@@ -46,12 +48,13 @@ _TP = ("-tp", "--tp-size", "--tp", "--tp_size")
 _TOKENS = ("--max-num-batched-tokens", "--max_num_tokens")
 
 
-def server(command: str, vllm: str) -> tuple[str, str, int, dict]:
-    """Engine profile, checkpoint, TP and engine flags of a serving command the rule kept."""
+def server(command: str, vllm: str) -> tuple[str, str, int, dict, int]:
+    """Engine profile, checkpoint, TP, engine flags and --max-model-len (0: the default) of a serving command the
+    rule kept."""
     words = command.replace("=", " ").split()
     engine = {"vllm": f"vllm@{vllm}", "sglang": "sglang", "trtllm-serve": "trtllm"}[words[0]]
     checkpoint = words[2] if engine.startswith("vllm") else words[1]
-    tp, knobs = 1, {}
+    tp, knobs, max_len = 1, {}, 0
     for flag, value in zip(words, words[1:] + [""], strict=True):
         if flag in ("--model", "--model-path"):
             checkpoint = value
@@ -61,12 +64,14 @@ def server(command: str, vllm: str) -> tuple[str, str, int, dict]:
             knobs["max_num_batched_tokens"] = int(value)
         elif flag == "--enable_chunked_prefill":
             knobs["chunked_prefill"] = True
-    return engine, checkpoint, tp, knobs
+        elif flag in ("--max-model-len", "--max_seq_len"):
+            max_len = int(value)
+    return engine, checkpoint, tp, knobs, max_len
 
 
 def _case(page: str, command: str, workload: str, shape: tuple, figures: tuple) -> Case:
     gpu, vllm = PAGES[page]
-    engine, checkpoint, tp, knobs = server(command, vllm)
+    engine, checkpoint, tp, knobs, max_len = server(command, vllm)
     spec = models.model(checkpoint)
     n, a, b = shape
     closed = re.fullmatch(r"concurrency (\d+)", workload)
@@ -78,7 +83,8 @@ def _case(page: str, command: str, workload: str, shape: tuple, figures: tuple) 
     return Case("L", what, spec.name, gpu, tp, engine, "concurrency" if closed else "max",
                 int(closed.group(1)) if closed else 0, dict(zip(METRICS, figures, strict=True)),
                 spec.checkpoint_dtype, "bf16", requests=n, knobs=knobs,
-                source=f"gpustack/gpustack:docs/performance-lab/{page}.md", checkpoint=checkpoint, **lengths)
+                source=f"gpustack/gpustack:docs/performance-lab/{page}.md", checkpoint=checkpoint, served_len=max_len,
+                **lengths)
 
 
 CASES = [_case(page, command, workload, shape, figures) for page, command, runs in RUNS

@@ -83,6 +83,33 @@ def plan_memory(model: ModelSpec, gpu: GPU, tp: int = 1, weight_dtype: str = "bf
     return MemoryPlan(tp, weights, activation, other, kv, per_token, tokens, kv > 0 and tokens > 0)
 
 
+def vllm_kv_needed(model: ModelSpec, max_len: int, engine: EngineProfile) -> int:
+    """KV tokens (a full-attention model's worth) vLLM asks for at start-up, one request of `max_len` tokens, or it
+    refuses to start (V1 `check_enough_kv_cache_memory`, V0 `raise_if_cache_size_invalid`): a full-attention layer's
+    blocks for all of them; under the hybrid manager (0.10+) a sliding-window layer's for at most its window less
+    one and a step's tokens, plus one block (`SlidingWindowSpec.max_memory_usage_bytes`); from 0.29 one block of the
+    pool more, its null block."""
+    bs = engine.block_size
+    full = -(-max_len // bs) * bs
+    hybrid = engine.hybrid_kv and model.sliding_layers and model.sliding_window
+    null = bs / (sum(model.kv_groups) if hybrid else 1) if engine.start_null_block else 0
+    if not hybrid:
+        return full + math.ceil(null)
+    window = (-(-min(model.sliding_window - 1 + engine.max_num_batched_tokens, max_len) // bs) + 1) * bs
+    sliding = model.sliding_layers
+    return math.ceil(((model.layers - sliding) * full + sliding * window) / model.layers + null)
+
+
+def vllm_longest_len(model: ModelSpec, kv_tokens: int, engine: EngineProfile, limit: int) -> int:
+    """The longest --max-model-len (up to `limit`) vLLM starts with in a pool of `kv_tokens`, as its own estimate
+    (`estimate_max_model_len`) bisects it; 0 when none does."""
+    low, high = 0, limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if vllm_kv_needed(model, mid, engine) <= kv_tokens else (low, mid - 1)
+    return low
+
+
 def smallest_tp(model: ModelSpec, gpu: GPU, min_tokens: int, **kwargs) -> MemoryPlan | None:
     """The smallest power-of-two TP (1..8) whose KV pool holds at least `min_tokens`."""
     for tp in (1, 2, 4, 8):

@@ -238,6 +238,7 @@ def make_plan(req: PlanRequest) -> dict:
         req, said = _what_is_planned(req, None, False)
         plan["estimates"] += said
         rep = catalog_replica(req, work)
+        plan["warnings"] = rep.warnings
         plan["estimates"].append("no results folder: every figure is simulated from the GPU and model catalogs with "
                                  "efficiency priors; bands are the planner's own errors on published results "
                                  "(`llmbench plan validate`)")

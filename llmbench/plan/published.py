@@ -3,11 +3,13 @@ published. Each case states its setup as the source does (model, GPUs, TP, dtype
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from llmbench.plan import bands, engines, gpus, mlperf, models, trtllm_bench
 from llmbench.plan.case import Case
-from llmbench.plan.memory import GiB, describe_misfit, plan_memory
+from llmbench.plan.memory import GiB, MemoryPlan, describe_misfit, plan_memory, vllm_kv_needed
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.search import SimSetup, at_concurrency, at_rate, max_throughput
 from llmbench.plan.workload import Workload
@@ -90,12 +92,23 @@ def sharegpt_row_a(base: Workload) -> Workload:
                                                              "output tokens per request (Llama-3 tokenizer)")
 
 
+def published_start(mem: MemoryPlan, needed: int) -> MemoryPlan:
+    """Tail term `published start`: vLLM will not start unless its pool holds one request of --max-model-len
+    (`vllm_kv_needed`), so a published run whose command is printed had at least that pool; where the memory
+    account leaves less, the account is wrong for that setup and the run gets the least pool it could have had."""
+    if mem.kv_tokens >= needed:
+        return mem
+    return replace(mem, kv_per_gpu=needed * mem.kv_bytes_per_token, kv_tokens=needed)
+
+
 def predict(case: Case, sharegpt: Workload | None) -> dict:
     model, gpu = models.model(case.checkpoint or case.model), gpus.gpu(case.gpu)
     engine = engines.profile(case.engine, gpu).with_knobs(**case.knobs)
     if not case.streamed:
         engine = engine.with_knobs(stream_token_cost=0.0, ingest_cost=0.0)
     mem = plan_memory(model, gpu, case.tp, case.weight_dtype, case.kv_dtype, engine)
+    if case.served_len is not None and engine.kv_accounting == "profile" and mem.fits:
+        mem = published_start(mem, vllm_kv_needed(model, case.served_len or model.max_positions, engine))
     if case.mode == "memory":
         return {"weights_gib_per_gpu": mem.weights_per_gpu / GiB, "kv_gib_per_gpu": mem.kv_per_gpu / GiB}
     if not mem.fits:  # a setup the planner cannot hold: no figure, rather than a simulation of nothing

@@ -10,7 +10,14 @@ from pathlib import Path
 from llmbench.plan import bands, cuda_graphs, engines, gpus, models, search
 from llmbench.plan.drift import run_speeds
 from llmbench.plan.fit import fit_client_overhead, fit_steps
-from llmbench.plan.memory import GiB, describe_misfit, plan_memory, smallest_tp
+from llmbench.plan.memory import (
+    GiB,
+    describe_misfit,
+    plan_memory,
+    smallest_tp,
+    vllm_kv_needed,
+    vllm_longest_len,
+)
 from llmbench.plan.model_spec import ModelSpec
 from llmbench.plan.request import PlanError, PlanRequest, params_text
 from llmbench.plan.roofline import RooflineModel
@@ -31,6 +38,7 @@ class Replica:
     memory: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     kv_tokens: Callable[[int, int], int] | None = None  # KV pool for --max-num-seqs and --max-num-batched-tokens
+    warnings: list[str] = field(default_factory=list)  # what keeps the planned setup from starting as asked
 
 
 MISFIT = 0.15  # beyond this miss on its own runs a calibration says it cannot be trusted to the 15 % aimed at
@@ -49,14 +57,18 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         raise PlanError(f"the workload has requests of {work.max_tokens} tokens, over --max-model-len {max_len}")
     dtype = req.weight_dtype or model.checkpoint_dtype
     kw = {"weight_dtype": dtype, "kv_dtype": req.kv_dtype, "engine": engine}
+    vllm = engine.kv_accounting == "profile"
+    needed = vllm_kv_needed(model, max_len, engine) if vllm else max_len
     if req.gpus_per_replica:
         mem = plan_memory(model, gpu, req.gpus_per_replica, **kw)
-        if not mem.fits or mem.kv_tokens < max_len:
-            raise PlanError(describe_misfit(model, gpu, max_len, tp=req.gpus_per_replica, **kw))
+        if not mem.fits or mem.kv_tokens < needed:
+            raise PlanError(describe_misfit(model, gpu, needed, tp=req.gpus_per_replica, **kw))
     else:
-        mem = smallest_tp(model, gpu, max_len, **kw)
+        mem = smallest_tp(model, gpu, needed, **kw)
         if mem is None:
-            raise PlanError(describe_misfit(model, gpu, max_len, **kw))
+            raise PlanError(describe_misfit(model, gpu, needed, **kw))
+    warnings = _default_len_warnings(model, engine, mem.kv_tokens, max_len) if vllm and "max_model_len" not in \
+        req.knobs else []
     roof = RooflineModel(model, gpu, mem.tp, dtype, req.kv_dtype, engine)
     shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate, model)
     memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
@@ -64,6 +76,8 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
               "kv_capacity_tokens": mem.kv_tokens, "max_model_len": max_len,
               "concurrent_requests_at_mean_length": mem.kv_tokens / (work.mean_prompt + work.mean_output)}
+    if vllm:
+        memory["longest_max_model_len"] = vllm_longest_len(model, mem.kv_tokens, engine, model.max_positions)
     how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active, "
            f"{dtype} weights) on "
            f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
@@ -96,7 +110,21 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         given = ", ".join(f"--{k.replace('_', '-')}" for k in req.knobs if k != "max_model_len")
         notes.append(f"engine defaults of {engine.defaults}" + (f" ({given} as given)" if given else ""))
     return Replica(setup, mem.tp, how, "simulated (priors)", bands.for_setup(model, mem.tp), memory, notes,
-                   kv_tokens)
+                   kv_tokens, warnings)
+
+
+def _default_len_warnings(model: ModelSpec, engine: engines.EngineProfile, kv_tokens: int, max_len: int) -> list[str]:
+    """vLLM's --max-model-len defaults to the model's context, and it will not start unless the KV pool holds one
+    request that long; the plan assumes the workload's longest request, a flag the user must then pass."""
+    default = model.max_positions
+    needed = vllm_kv_needed(model, default, engine)
+    if needed <= kv_tokens:
+        return []
+    longest = vllm_longest_len(model, kv_tokens, engine, default)
+    return [f"vLLM will not start with its default --max-model-len, {model.name}'s context of {default:,} "
+            f"tokens: one request that long needs {needed:,} tokens of KV and this replica holds {kv_tokens:,}. The "
+            f"plan assumes --max-model-len {max_len:,} (the workload's longest request): pass it (vLLM starts with "
+            f"at most {longest:,} here), or plan with --gpus-per-replica for more GPUs a replica"]
 
 
 def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
