@@ -128,7 +128,8 @@ def planner(prompts: np.ndarray, outputs: np.ndarray, budget: int, keep: bool = 
         res = simulate(np.zeros(len(prompts)), prompts, outputs, Clock(),
                        EngineShape(min(256, budget), budget, tokens or BLOCKS * BLOCK_SIZE // sum(groups), BLOCK_SIZE,
                                    keep_preempted=keep, admit_whole=whole, kv_groups=groups, window=window,
-                                   null_blocks=1, sparse_window=sparse and groups[1] > 0))
+                                   null_blocks=1, sparse_window=sparse and groups[1] > 0,
+                                   junction=sparse and groups[1] > 0))
     return summary(readmissions, res.preemptions)
 
 

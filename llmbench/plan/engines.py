@@ -138,6 +138,7 @@ class EngineProfile:
     hybrid_kv: bool = False  # vLLM 0.10+: a KV group per attention type, windowed ones hold the window (scheduler.py)
     whole_prompt_admission: bool = False  # vLLM 0.19+: a waiting request's whole sequence must fit (scheduler.py)
     sparse_window_cache: bool = False  # vLLM 0.23+: sliding groups cache only a hit's possible ends (scheduler.py)
+    prefix_junction: bool = False  # vLLM 0.26+: ... and a re-admitted request's one-group hit end (scheduler.py)
     start_null_block: bool = False  # vLLM 0.29+: its start-up check sets the null block aside (memory.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0
@@ -168,7 +169,8 @@ class EngineProfile:
                            keep_preempted=self.cached_preemption and self.prefix_caching,
                            kv_groups=model.kv_groups if hybrid else (1, 0),
                            window=model.sliding_window if hybrid else 0, admit_whole=self.whole_prompt_admission,
-                           sparse_window=hybrid and self.sparse_window_cache)
+                           sparse_window=hybrid and self.sparse_window_cache,
+                           junction=hybrid and self.sparse_window_cache and self.prefix_junction)
 
     def with_knobs(self, **knobs) -> EngineProfile:
         """The profile with the user's engine flags (None: keep the profile's default)."""
@@ -212,6 +214,7 @@ PRE_ASYNC_SEQ_OVERHEAD = 64e-6
 HYBRID_KV = (0, 10)  # V1's hybrid KV cache manager, on by default (PyPI sdists: in 0.9.1, not 0.9.0; versions here
 # are major.minor, so from 0.10, the first to serve gpt-oss)
 WHOLE_PROMPT = (0, 19)  # scheduler_reserve_full_isl, on by default (vllm-project/vllm#37307; 0.18.1 has no such gate)
+JUNCTION = (0, 26)  # shared_prefix_boundary: sparse groups keep a junction's tail too (PyPI sdists: 0.26.0, not 0.25.0)
 SPARSE_WINDOW = (0, 23)  # sliding groups cache only reachable blocks (PyPI sdists: reachable_block_mask from 0.23.0)
 NULL_BLOCK_CHECK = (0, 29)  # the start-up check plans against the pool less its null block (PyPI sdists: 0.29.0 on)
 LONE_PREFILL = (0, 31)  # --long-prefill-token-threshold spares a lone request (vllm-project/vllm#57951)
@@ -266,6 +269,7 @@ def vllm_defaults(version: tuple[int, int], gpu=None, max_model_len: int | None 
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "chunked_prefill": True, "graphs": "vllm",
             "lone_prefill_uncapped": version >= LONE_PREFILL, "cached_preemption": True,
             "hybrid_kv": version >= HYBRID_KV, "whole_prompt_admission": version >= WHOLE_PROMPT,
-            "sparse_window_cache": version >= SPARSE_WINDOW, "start_null_block": version >= NULL_BLOCK_CHECK,
+            "sparse_window_cache": version >= SPARSE_WINDOW, "prefix_junction": version >= JUNCTION,
+            "start_null_block": version >= NULL_BLOCK_CHECK,
             **V1_COSTS,
             "defaults": f"{name} (V1){on}: --max-num-seqs {seqs}, --max-num-batched-tokens {tokens}, chunked prefill"}

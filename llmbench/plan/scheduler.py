@@ -72,16 +72,20 @@ class EngineShape:
     admit_whole: bool = False  # tail term `whole-prompt admission`: a waiting request's whole sequence must fit
     null_blocks: int = 0  # blocks the pool never hands out (vLLM V1's null block; 0 where a pool is thousands)
     sparse_window: bool = False  # tail term `sparse window cache`: a sliding group caches only its prompt's end
+    junction: bool = False  # ... and the end of a re-admitted request's one-group hit (vLLM 0.26+)
 
 
 class Request:
     __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done",
-                 "delivered", "last_delivery", "reserved", "kept")
+                 "delivered", "last_delivery", "reserved", "kept", "cached_full", "junction",
+                 "sliding_left")
 
     def __init__(self, arrival: float, prompt: int, output: int) -> None:
         self.arrival, self.prompt, self.output = arrival, prompt, max(output, 1)
         self.computed = self.generated = self.blocks = self.delivered = self.reserved = 0
         self.kept = 0  # its own blocks still cached since it was preempted (`cached preemption`)
+        # `sparse window cache`: its full group's blocks still cached, its junction, its sliding blocks before them
+        self.cached_full = self.junction = self.sliding_left = 0
         self.first = self.finish = self.last_delivery = math.nan
         self.hit_done = False
 
@@ -154,17 +158,21 @@ class Scheduler:
             head[1] -= k
             n -= k
             if head[0] is not None and self.shape.kv_groups[1]:
-                head[0].kept, head[0] = 0, None  # hybrid KV groups: its hit is gone with any of its blocks
+                self._evict_hybrid(head, k)
             elif head[0] is not None:
                 head[0].kept -= k
             if not head[1]:
                 self.pool.popleft()
 
     def give(self, blocks: int) -> None:
-        """Blocks a sliding group's window left behind back to the pool's tail, cached (hybrid KV groups)."""
+        """Blocks a sliding group's window left behind back to the pool's tail, cached (hybrid KV groups); under
+        `sparse window cache` uncached, to its head, where vLLM's pool puts a block without a hash."""
         self.free += blocks
         if self.pool is not None:
-            self._join(self.pool.append, -1, None, blocks)
+            if self.shape.sparse_window:
+                self._join(self.pool.appendleft, 0, None, blocks)
+            else:
+                self._join(self.pool.append, -1, None, blocks)
 
     def release(self, r: Request, preempted: bool = False) -> None:
         """r's blocks back to the free pool: its full ones at the tail (kept for r when it was preempted), a
@@ -175,13 +183,27 @@ class Scheduler:
             partial = sum(self.shape.kv_groups) if r.computed % self.shape.block_size else 0
             full = min(whole, r.blocks) if not self.shape.kv_groups[1] else max(r.blocks - partial, 0)
             r.kept = min(whole, full) if preempted and full else 0
-            if r.kept and self.shape.sparse_window:
-                r.kept = self._prompt_end(r)
+            r.cached_full = 0
+            if self.shape.kv_groups[1] and self.shape.sparse_window:
+                full = self._sparse_release(r, whole, full, preempted)
             if full:
                 self._join(self.pool.append, -1, r if preempted else None, full)
             if r.blocks > full:
                 self._join(self.pool.appendleft, 0, None, r.blocks - full)
         r.blocks = 0
+
+    def _sparse_release(self, r: Request, whole: int, full: int, preempted: bool) -> int:
+        """`sparse window cache`: of r's sliding blocks only a hit's tail (at its prompt's end or its junction) was
+        cached; the rest go uncached to the pool's head. Returns r's cached blocks (its full groups' whole ones and
+        that tail, freed sliding first) and sets preempted r's hit."""
+        bs, (g_full, g_sliding) = self.shape.block_size, self.shape.kv_groups
+        end = self._hit_at(r, (r.prompt - 1) // bs) or self._hit_at(r, r.junction)
+        tail = g_sliding * -(-(self.shape.window - 1) // bs) if end else 0
+        cached = min(whole * g_full + tail, full)
+        r.kept = end if preempted and cached else 0
+        if r.kept or (preempted and cached):
+            r.cached_full, r.sliding_left = whole, tail
+        return cached
 
     def _join(self, add, end: int, owner: Request | None, blocks: int) -> None:
         """Add a run of blocks at one end of the pool (`add`: append or appendleft; `end`: -1 or 0), merged with the
@@ -191,14 +213,36 @@ class Scheduler:
         else:
             add([owner, blocks])
 
-    def _prompt_end(self, r: Request) -> int:
-        """Blocks preempted r can find under `sparse window cache`: its prompt's whole blocks (the replay boundary,
-        its prompt - 1 tokens) if it computed them and its window still held the blocks a hit there needs; else 0."""
-        bs, window = self.shape.block_size, self.shape.window
-        end = (r.prompt - 1) // bs
-        need = -(-(window - 1) // bs)
-        skipped = max(0, r.computed - window) // bs  # its last allocation's, one token before
-        return end if r.computed >= end * bs and skipped <= end - need else 0
+    def _evict_hybrid(self, head: list, k: int) -> None:
+        """k blocks of preempted request head[0]'s run evicted (hybrid KV groups): its hit is gone with any of them
+        (its sliding blocks go first); under `sparse window cache` with junctions its full group's leading blocks
+        stay cached until the eviction reaches them, its last ones first, and the run stays its own until then."""
+        r = head[0]
+        r.kept = 0
+        if self.shape.junction and r.cached_full:
+            r.cached_full = max(0, r.cached_full - max(0, k - r.sliding_left))
+            r.sliding_left = max(0, r.sliding_left - k)
+        if not (self.shape.junction and r.cached_full):
+            r.cached_full, head[0] = 0, None
+
+    def _hit_at(self, r: Request, end: int) -> int:
+        """Blocks preempted r can find under `sparse window cache` at a boundary its sliding group kept (its prompt's
+        end, the replay boundary of its prompt - 1 tokens, or its junction): `end` if it computed them and still held
+        the blocks a hit there needs; else 0."""
+        bs, (g_full, g_sliding) = self.shape.block_size, self.shape.kv_groups
+        need = -(-(self.shape.window - 1) // bs)
+        n = -(-r.computed // bs)
+        skipped = n - (r.blocks - g_full * n) // g_sliding  # its sliding blocks its last allocation left behind
+        return end if end and r.computed >= end * bs and skipped <= end - need else 0
+
+    def _pin_junction(self, r: Request) -> None:
+        """`sparse window cache` (vLLM 0.26+, `shared_prefix_boundary`): re-admitted with no hit while its full
+        group's blocks are still cached, r pins their end, the longest one-group hit, so that its sliding group keeps
+        the blocks a hit there needs as it computes past it again; the old copies are no longer its hit."""
+        r.junction, r.cached_full = r.cached_full, 0
+        for seg in self.pool:
+            if seg[0] is r:
+                seg[0] = None
 
     def _reclaim(self, r: Request, blocks: int) -> int:
         """Take `blocks` of preempted r's cached blocks out of the pool (as many as are left); any more of them are
@@ -280,7 +324,10 @@ class Scheduler:
             self.reserved += reserve - need
             r.reserved = reserve - need
             self.waiting.popleft()
+            if r.cached_full and not r.kept and self.shape.junction:
+                self._pin_junction(r)
             hit = self._reclaim(r, self.held(r.computed, r.computed)) if r.kept else 0
+            r.cached_full = 0
             self.take(need - hit)
             r.blocks += need
             self.running.append(r)
@@ -326,6 +373,8 @@ class Scheduler:
         now = float(ends[steps - 1])
         if moves and steps < planned:
             moves = [self._stretch(r, steps) for r in running]
+        if moves and shape.sparse_window:  # uncached, at the pool's head: the steps' takes reuse them first
+            self.give(sum(m[1] for m in moves))
         for i, r in enumerate(running):
             if moves:
                 self.take(moves[i][0])
@@ -335,14 +384,15 @@ class Scheduler:
             r.computed += steps
             r.generated += steps
             r.delivered, r.last_delivery = r.generated, now
-        if moves:
+        if moves and not shape.sparse_window:
             self.give(sum(m[1] for m in moves))
         bulk += [first, np.repeat(times, batch)]
         return now
 
     def _stretch(self, r: Request, steps: int) -> tuple[int, int] | None:
         """Hybrid KV groups over `steps` decodes of r: the blocks the steps take one by one and those its sliding
-        groups give back (taken at the pool's head, given at its tail, as stepping would); None while r's window
+        groups give back (taken at the pool's head, given at its tail, or its head under `sparse window cache`, as
+        stepping would); None while r's window
         has blocks still to give back from a step before (they go first, stepped)."""
         bs, window = self.shape.block_size, self.shape.window
         full, sliding = self.shape.kv_groups
