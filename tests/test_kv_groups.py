@@ -1,6 +1,8 @@
 """vLLM's KV block accounting beyond one pool for all layers: hybrid KV groups (sliding-window layers hold their
 window only; a preempted request's cache is found whole or not at all) and whole-prompt admission (0.19 on)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -73,7 +75,8 @@ def test_a_preempted_hybrid_request_finds_its_cache_whole_or_not_at_all():
 
 def test_a_sparse_window_cache_keeps_only_the_prompts_end():
     """vLLM 0.23 on: a sliding group caches only the blocks a hit could end on, the prompt's last whole block, so a
-    preempted request finds at most its prompt, and only while its window still holds the blocks that hit needs."""
+    preempted request finds at most its prompt: here only while it holds the blocks that hit needs, as none was left
+    behind cached (the next test has one that was)."""
     for computed, kept in ((190, 0), (200, 12), (207, 12), (208, 0), (300, 0)):
         sched = Scheduler(EngineShape(8, 256, 16000, 16, **HYBRID, sparse_window=True))
         r = Request(0.0, 200, 200)
@@ -87,6 +90,47 @@ def test_a_sparse_window_cache_keeps_only_the_prompts_end():
     dense.take(r.blocks)
     dense.release(r, preempted=True)
     assert r.kept == 18  # 0.10-0.22: every whole block it computed
+
+
+def test_a_sparse_window_cache_frees_uncached_blocks_first_and_pins_a_junction():
+    """vLLM 0.32 (read in `BlockPool.free_blocks`, `reachable_block_mask`, `get_computed_blocks`): a sliding group's
+    blocks without a hash go to the pool's head, reused first; re-admitted with only its full group's blocks found,
+    a request pins their end (vLLM 0.26+'s junction) and its sliding group keeps the tail a hit there needs as it
+    computes past it, so when it is preempted again it finds them; the full group's blocks stay its own until the
+    eviction reaches them, its sliding ones going first."""
+    shape = EngineShape(8, 256, 16000, 32, **HYBRID | {"window": 64}, sparse_window=True, junction=True)
+    sched = Scheduler(shape)
+    r = Request(0.0, 434, 10)
+    r.computed, r.blocks = 252, sched.held(0, 252)  # one 252-token chunk: 8 blocks in each group, none given back
+    sched.take(r.blocks)
+    sched.release(r, preempted=True)
+    assert r.kept == 0 and r.cached_full == 7  # no hit (its prompt's end not reached), 7 full-group blocks cached
+    assert [s[0] for s in sched.pool] == [None, r] and sched.pool[1][1] == 7  # the 9 uncached ones at the head
+    r.computed = 0
+    sched.waiting.append(r)
+    batch = []
+    sched.admit(252, batch)
+    assert batch == [(r, 252)] and r.junction == 7 and not any(s[0] is r for s in sched.pool)
+    r.computed = 252  # the same chunk again, past the junction
+    sched.release(r, preempted=True)
+    assert r.kept == 7 and sched._cached(r) == 224  # found at its junction: 7 blocks
+    off = Scheduler(replace(shape, junction=False))
+    q = Request(0.0, 434, 10)
+    q.computed, q.blocks = 252, off.held(0, 252)
+    off.take(q.blocks)
+    off.release(q, preempted=True)
+    q.computed = 0
+    off.waiting.append(q)
+    off.admit(252, [])
+    assert q.junction == 0  # before 0.26 nothing is pinned
+
+    class Clock:
+        def step_time(self, prefill, decodes, *args, **kwargs):
+            return prefill * 1e-4 + (decodes > 0) * 0.01
+
+    uncached = replace(shape, keep_preempted=False, kv_capacity_tokens=2000)  # --no-prefix-caching: no pool to keep
+    res = simulate(np.zeros(30), np.full(30, 300), np.full(30, 100), Clock(), uncached)
+    assert res.preemptions > 0 and res.output_tokens == 3000
 
 
 def test_hybrid_groups_keep_every_block_counted(monkeypatch):
@@ -133,7 +177,11 @@ def test_whole_prompt_admission_waits_for_the_whole_sequence():
         sched.admit(256, batch)
         assert bool(batch) == joins and sched.reserved == 0
     sched = Scheduler(EngineShape(8, 256, 1600, 16, admit_whole=True, kv_groups=(1, 1), window=128))
-    assert sched._whole(Request(0.0, 1000, 10)) == 63 + 24  # the sliding group's cap: window and a step's tokens
+    # the sliding group's cap: window and a step's tokens, and a block more (`max_admission_blocks_per_request`)
+    assert sched._whole(Request(0.0, 1000, 10)) == 63 + 24 + 1
+    hit = Request(0.0, 200, 10)
+    hit.kept = 10  # a cache hit of 160 tokens: the sliding blocks before its window are not needed
+    assert sched._whole(hit) == 13 + 13 - (160 - 127) // 16
 
 
 def test_the_versions_that_bring_each_rule():

@@ -17,14 +17,16 @@ allocation first frees, cached, the blocks before max(0, computed - W + 1)). A r
 the sliding group's last window of blocks too, and the blocks before it were freed earlier, so they are evicted
 first: once any of a preempted request's blocks is evicted, it finds nothing (all or nothing). That is 0.10-0.22,
 whose sliding groups cache every full block. Tail term `sparse window cache` (0.23 on; `reachable_block_mask`, the
-default `prefix_cache_retention_interval` 0): a sliding group caches only the blocks a hit could end on, its prompt's
-last whole block, so a preempted request finds at most its prompt, and only while its window still holds that
-block's cdiv(W - 1, bs) blocks.
+default `prefix_cache_retention_interval` 0): a sliding group caches only the blocks a hit could end on, the
+cdiv(W - 1, bs) before its prompt's last whole block, so a preempted request finds at most its prompt, while it holds
+those blocks or, left behind by its window, until they are evicted; the rest have no hash, and vLLM's pool puts such
+blocks at its head, reused first. From 0.26 (`shared_prefix_boundary`) a request re-admitted with only its full
+group's blocks found pins their end, a junction whose tail its sliding group keeps too.
 
 Tail term `whole-prompt admission` (vLLM 0.19 on, `scheduler_reserve_full_isl`, on by default; read in 0.19.0 and 0.32):
 a waiting request, new or preempted, joins only when the blocks of its whole sequence so far are free (cached ones
-count as free; a sliding group's at most its window and a step's tokens), not just those of its first chunk; nothing
-is reserved by it."""
+count as free; a sliding group's at most its window and a step's tokens, and a block, less those before its cache
+hit's window), not just those of its first chunk; nothing is reserved by it."""
 
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ class EngineShape:
 class Request:
     __slots__ = ("arrival", "prompt", "output", "computed", "generated", "blocks", "first", "finish", "hit_done",
                  "delivered", "last_delivery", "reserved", "kept", "cached_full", "junction",
-                 "sliding_left")
+                 "sliding_left", "tails")
 
     def __init__(self, arrival: float, prompt: int, output: int) -> None:
         self.arrival, self.prompt, self.output = arrival, prompt, max(output, 1)
@@ -86,6 +88,7 @@ class Request:
         self.kept = 0  # its own blocks still cached since it was preempted (`cached preemption`)
         # `sparse window cache`: its full group's blocks still cached, its junction, its sliding blocks before them
         self.cached_full = self.junction = self.sliding_left = 0
+        self.tails: dict[int, bool] = {}  # hit ends whose cached sliding tail its window left behind: not yet evicted
         self.first = self.finish = self.last_delivery = math.nan
         self.hit_done = False
 
@@ -93,6 +96,20 @@ class Request:
     def todo(self) -> int:
         """Tokens to compute before the next output token: the rest of the prompt, or one decode."""
         return self.prompt + self.generated - self.computed
+
+
+class _Tail:
+    """A run of the pool holding the cached sliding tail of request r's hit at block `end` (sparse window cache)."""
+
+    __slots__ = ("r", "end")
+
+    def __init__(self, r: Request, end: int) -> None:
+        self.r, self.end = r, end
+
+    def evict(self) -> None:
+        self.r.tails[self.end] = False
+        if self.r.kept == self.end:
+            self.r.kept = 0
 
 
 class Scheduler:
@@ -128,6 +145,8 @@ class Scheduler:
         """Reserve blocks for n more tokens of running request r, preempting the newest ones; False when
         r itself was preempted."""
         need = self.blocks_for(r, n)
+        if self.shape.sparse_window and self.shape.kv_groups[1] and self.pool is not None:
+            need += self._leave_tails(r)
         if need < 0:
             self.give(-need)
             r.blocks += need
@@ -157,7 +176,10 @@ class Scheduler:
             k = min(n, head[1])
             head[1] -= k
             n -= k
-            if head[0] is not None and self.shape.kv_groups[1]:
+            if isinstance(head[0], _Tail):
+                head[0].evict()
+                head[0] = None
+            elif head[0] is not None and self.shape.kv_groups[1]:
                 self._evict_hybrid(head, k)
             elif head[0] is not None:
                 head[0].kept -= k
@@ -225,15 +247,48 @@ class Scheduler:
         if not (self.shape.junction and r.cached_full):
             r.cached_full, head[0] = 0, None
 
+    def _tail_ranges(self, r: Request) -> list[int]:
+        """The hit ends whose sliding tails vLLM 0.32 caches for r: its prompt's end and its junction."""
+        return [e for e in {(r.prompt - 1) // self.shape.block_size, r.junction} if e]
+
+    def _skipped(self, r: Request) -> int:
+        """Sliding blocks r's last allocation left behind (they are no longer among its blocks)."""
+        bs, (g_full, g_sliding) = self.shape.block_size, self.shape.kv_groups
+        n = -(-r.computed // bs)
+        return n - (r.blocks - g_full * n) // g_sliding
+
+    def _leave_tails(self, r: Request) -> int:
+        """`sparse window cache`: the cached tail blocks (a hit's last cdiv(W - 1, bs)) that r's window leaves
+        behind at this allocation go to the pool's tail, its own until evicted (vLLM frees a hashed block there);
+        returns how many, which the allocation no longer nets against its new blocks."""
+        bs, g_sliding = self.shape.block_size, self.shape.kv_groups[1]
+        need = -(-(self.shape.window - 1) // bs)
+        old, new = self._skipped(r), max(0, r.computed - self.shape.window + 1) // bs
+        left = 0
+        for end in self._tail_ranges(r):
+            k = g_sliding * max(0, min(new, end) - max(old, end - need))
+            if k:
+                r.tails[end] = True
+                self.free += k
+                r.blocks -= k
+                self.pool.append([_Tail(r, end), k])
+                left += k
+        return left
+
     def _hit_at(self, r: Request, end: int) -> int:
         """Blocks preempted r can find under `sparse window cache` at a boundary its sliding group kept (its prompt's
         end, the replay boundary of its prompt - 1 tokens, or its junction): `end` if it computed them and still held
-        the blocks a hit there needs; else 0."""
-        bs, (g_full, g_sliding) = self.shape.block_size, self.shape.kv_groups
-        need = -(-(self.shape.window - 1) // bs)
-        n = -(-r.computed // bs)
-        skipped = n - (r.blocks - g_full * n) // g_sliding  # its sliding blocks its last allocation left behind
-        return end if end and r.computed >= end * bs and skipped <= end - need else 0
+        the blocks a hit there needs, or left them behind cached and not yet evicted; else 0."""
+        bs = self.shape.block_size
+        held = self._skipped(r) <= end - -(-(self.shape.window - 1) // bs)
+        return end if end and r.computed >= end * bs and (held or r.tails.get(end)) else 0
+
+    def _drop_tails(self, r: Request) -> None:
+        """Re-admitted, r's left-behind tails are its hit or no longer its own."""
+        r.tails = {}
+        for seg in self.pool:
+            if isinstance(seg[0], _Tail) and seg[0].r is r:
+                seg[0] = None
 
     def _pin_junction(self, r: Request) -> None:
         """`sparse window cache` (vLLM 0.26+, `shared_prefix_boundary`): re-admitted with no hit while its full
@@ -290,11 +345,14 @@ class Scheduler:
 
     def _whole(self, r: Request) -> int:
         """Blocks waiting r's whole sequence needs (`whole-prompt admission`): every group's up to its tokens, a
-        sliding group's at most its window and a step's tokens (vLLM 0.32's admission cap)."""
-        n = -(-(r.prompt + r.generated) // self.shape.block_size)
+        sliding group's at most its window and a step's tokens (vLLM 0.32's admission cap), less those before the
+        window of its cache hit."""
+        bs = self.shape.block_size
+        n = -(-(r.prompt + r.generated) // bs)
         full, sliding = self.shape.kv_groups
-        cap = -(-(self.shape.window - 1 + self.shape.max_num_batched_tokens) // self.shape.block_size)
-        return full * n + sliding * min(n, cap) - r.blocks
+        cap = -(-(self.shape.window - 1 + self.shape.max_num_batched_tokens) // bs) + 1  # the window may start mid-block
+        skipped = max(0, self._cached(r) - self.shape.window + 1) // bs if sliding else 0  # before a hit's window
+        return full * n + sliding * max(min(n, cap) - skipped, 0) - r.blocks
 
     def _blocked(self, r: Request, n: int, reserve: int, budget: int, slack: int = 0) -> bool:
         """Whether waiting r stays out of this step: its blocks (or with whole-prompt admission its whole
@@ -326,6 +384,8 @@ class Scheduler:
             self.waiting.popleft()
             if r.cached_full and not r.kept and self.shape.junction:
                 self._pin_junction(r)
+            if r.tails:
+                self._drop_tails(r)
             hit = self._reclaim(r, self.held(r.computed, r.computed)) if r.kept else 0
             r.cached_full = 0
             self.take(need - hit)
@@ -400,6 +460,10 @@ class Scheduler:
         n = -(-c // bs)
         if n - (r.blocks - full * n) // sliding < max(0, c - window) // bs:
             return None
+        if self.shape.sparse_window and self.pool is not None:  # a cached tail its window leaves behind: stepped
+            need, last = -(-(window - 1) // bs), max(0, c + steps - window) // bs
+            if any(end - need < last and self._skipped(r) < end for end in self._tail_ranges(r)):
+                return None
         x = c + np.arange(steps)
         grows = x % bs == 0
         drops = np.maximum(0, x - window + 1) // bs - np.maximum(0, x - window) // bs
