@@ -67,8 +67,6 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         mem = smallest_tp(model, gpu, needed, **kw)
         if mem is None:
             raise PlanError(describe_misfit(model, gpu, needed, **kw))
-    warnings = _default_len_warnings(model, engine, mem.kv_tokens, max_len) if vllm and "max_model_len" not in \
-        req.knobs else []
     roof = RooflineModel(model, gpu, mem.tp, dtype, req.kv_dtype, engine)
     shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate, model)
     memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
@@ -76,8 +74,11 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
               "kv_capacity_tokens": mem.kv_tokens, "max_model_len": max_len,
               "concurrent_requests_at_mean_length": mem.kv_tokens / (work.mean_prompt + work.mean_output)}
+    warnings = []
     if vllm:
         memory["longest_max_model_len"] = vllm_longest_len(model, mem.kv_tokens, engine, model.max_positions)
+        if "max_model_len" not in req.knobs:
+            warnings = _default_len_warnings(model, engine, mem.kv_tokens, max_len, memory["longest_max_model_len"])
     how = (f"roofline: {model.name} ({params_text(model.params)} params, {params_text(model.active_params)} active, "
            f"{dtype} weights) on "
            f"{gpu.name} TP{mem.tp} over {gpu.link.name}, {engine.name} profile, efficiency "
@@ -113,14 +114,15 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
                    kv_tokens, warnings)
 
 
-def _default_len_warnings(model: ModelSpec, engine: engines.EngineProfile, kv_tokens: int, max_len: int) -> list[str]:
+def _default_len_warnings(model: ModelSpec, engine: engines.EngineProfile, kv_tokens: int, max_len: int,
+                          longest: int) -> list[str]:
     """vLLM's --max-model-len defaults to the model's context, and it will not start unless the KV pool holds one
-    request that long; the plan assumes the workload's longest request, a flag the user must then pass."""
+    request that long (`longest`, the longest it starts with, falls short of it); the plan assumes the workload's
+    longest request, a flag the user must then pass."""
     default = model.max_positions
-    needed = vllm_kv_needed(model, default, engine)
-    if needed <= kv_tokens:
+    if longest >= default:
         return []
-    longest = vllm_longest_len(model, kv_tokens, engine, default)
+    needed = vllm_kv_needed(model, default, engine)
     return [f"vLLM will not start with its default --max-model-len, {model.name}'s context of {default:,} "
             f"tokens: one request that long needs {needed:,} tokens of KV and this replica holds {kv_tokens:,}. The "
             f"plan assumes --max-model-len {max_len:,} (the workload's longest request): pass it (vLLM starts with "

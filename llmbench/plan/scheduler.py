@@ -223,7 +223,7 @@ class Scheduler:
         tail = g_sliding * -(-(self.shape.window - 1) // bs) if end else 0
         cached = min(whole * g_full + tail, full)
         r.kept = end if preempted and cached else 0
-        if r.kept or (preempted and cached):
+        if preempted and cached:
             r.cached_full, r.sliding_left = whole, tail
         return cached
 
@@ -264,6 +264,8 @@ class Scheduler:
         bs, g_sliding = self.shape.block_size, self.shape.kv_groups[1]
         need = -(-(self.shape.window - 1) // bs)
         old, new = self._skipped(r), max(0, r.computed - self.shape.window + 1) // bs
+        if new <= old:  # the window left no block behind (most steps)
+            return 0
         left = 0
         for end in self._tail_ranges(r):
             k = g_sliding * max(0, min(new, end) - max(old, end - need))
@@ -283,21 +285,18 @@ class Scheduler:
         held = self._skipped(r) <= end - -(-(self.shape.window - 1) // bs)
         return end if end and r.computed >= end * bs and (held or r.tails.get(end)) else 0
 
-    def _drop_tails(self, r: Request) -> None:
-        """Re-admitted, r's left-behind tails are its hit or no longer its own."""
+    def _readmitted(self, r: Request) -> None:
+        """`sparse window cache`, r re-admitted: its left-behind tails are its hit or no longer its own; with no hit
+        while its full group's blocks are still cached (vLLM 0.26+, `shared_prefix_boundary`) it pins their end, the
+        longest one-group hit, so that its sliding group keeps the blocks a hit there needs as it computes past it
+        again, and those old copies are no longer its own either."""
+        pin = bool(r.cached_full and not r.kept and self.shape.junction)
+        if pin:
+            r.junction = r.cached_full
+        for seg in self.pool:
+            if (pin and seg[0] is r) or (isinstance(seg[0], _Tail) and seg[0].r is r):
+                seg[0] = None
         r.tails = {}
-        for seg in self.pool:
-            if isinstance(seg[0], _Tail) and seg[0].r is r:
-                seg[0] = None
-
-    def _pin_junction(self, r: Request) -> None:
-        """`sparse window cache` (vLLM 0.26+, `shared_prefix_boundary`): re-admitted with no hit while its full
-        group's blocks are still cached, r pins their end, the longest one-group hit, so that its sliding group keeps
-        the blocks a hit there needs as it computes past it again; the old copies are no longer its hit."""
-        r.junction, r.cached_full = r.cached_full, 0
-        for seg in self.pool:
-            if seg[0] is r:
-                seg[0] = None
 
     def _reclaim(self, r: Request, blocks: int) -> int:
         """Take `blocks` of preempted r's cached blocks out of the pool (as many as are left); any more of them are
@@ -382,10 +381,8 @@ class Scheduler:
             self.reserved += reserve - need
             r.reserved = reserve - need
             self.waiting.popleft()
-            if r.cached_full and not r.kept and self.shape.junction:
-                self._pin_junction(r)
-            if r.tails:
-                self._drop_tails(r)
+            if r.cached_full or r.tails:
+                self._readmitted(r)
             hit = self._reclaim(r, self.held(r.computed, r.computed)) if r.kept else 0
             r.cached_full = 0
             self.take(need - hit)
