@@ -18,14 +18,12 @@ BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 KEEPALIVE_S = 4.0
 
 
-def make_session(max_connections: int = 0, timeout: float = 600.0, read_timeout: float | None = None,
+def make_session(max_connections: int = 0, timeout: float = 600.0,
                  keepalive: float = KEEPALIVE_S) -> aiohttp.ClientSession:
     """One session per process: a sized pool, keep-alive shorter than the servers', a large read buffer
-    (vllm#39963); a stream that sends nothing for `read_timeout` seconds fails as stalled rather than waiting out
-    `timeout`."""
+    (vllm#39963), and `timeout` seconds for a request in all (`--request-timeout`)."""
     connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=keepalive, force_close=False)
-    return aiohttp.ClientSession(connector=connector,
-                                 timeout=aiohttp.ClientTimeout(total=timeout, sock_read=read_timeout),
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout),
                                  read_bufsize=2**20)
 
 
@@ -155,8 +153,13 @@ class StreamParser:
 
 
 async def send(session: aiohttp.ClientSession, url: str, body: dict, record: RequestRecord, t0: float,
-               headers: dict | None = None) -> str:
-    """POST and stream; fill `record` in place; return the generated text (for multi-turn)."""
+               headers: dict | None = None, read_timeout: float | None = None) -> str:
+    """POST and stream; fill `record` in place; return the generated text (for multi-turn).
+
+    A stream that has begun and then sends nothing for `read_timeout` seconds fails as stalled. The wait for the
+    first chunk is not a stall: a request queued behind others (every request of a burst sent at once) waits
+    there as long as the server takes, as `vllm bench serve` waits, and that wait is its TTFT; only the
+    session's `--request-timeout` bounds it."""
     parser = StreamParser(record, "messages" in body)
     data = json.dumps(body).encode()  # encoded before the clock starts: TTFT is the server's, not json's
     headers = {"Content-Type": "application/json", **(headers or {})}
@@ -167,16 +170,29 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, record: Req
             if resp.status != 200:
                 record.error = error_text(await resp.text(), resp.status)
             else:
-                async for raw in resp.content:
-                    if parser.feed(raw, time.perf_counter() - t0):
-                        break
+                await _stream(resp, parser, t0, read_timeout)
     except aiohttp.ServerTimeoutError:
         record.error = "stalled: no data within --read-timeout"
+    except TimeoutError:
+        record.error = "timed out: the request took longer than --request-timeout"
     except BadChunk as err:
         record.error = f"bad chunk: {err}"
     except Exception as err:  # whatever a server sends fails this request, never the run (not CancelledError)
         record.error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     return parser.finish(time.perf_counter() - t0)
+
+
+async def _stream(resp: aiohttp.ClientResponse, parser: StreamParser, t0: float, read_timeout: float | None) -> None:
+    """Feed the stream's lines to `parser`; from its first token on, aiohttp's socket read timeout (its timer is
+    rescheduled on every packet) watches for a stall. The next request on this connection sets its own again."""
+    armed = not read_timeout
+    async for raw in resp.content:
+        if parser.feed(raw, time.perf_counter() - t0):
+            return
+        if not armed and parser.record.chunk_times and resp.connection is not None:
+            resp.connection.protocol.read_timeout = read_timeout
+            resp.connection.protocol.start_timeout()
+            armed = True
 
 
 def _count(usage: dict | None, key: str) -> int | None:

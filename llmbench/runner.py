@@ -44,7 +44,7 @@ class RunConfig:
     think_time: float = 0.0  # multi-turn: seconds between a reply and the next user turn
     api_key: str | None = None
     scrape: bool = True
-    read_timeout: float | None = 60.0  # seconds a stream may send nothing before it counts as stalled
+    read_timeout: float | None = 60.0  # seconds a begun stream may send nothing before it counts as stalled
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Run:
     async def execute(self) -> RunResult:
         cfg = self.cfg
         interrupted = False
-        async with client.make_session(cfg.max_concurrency or 0, cfg.request_timeout, cfg.read_timeout) as session:
+        async with client.make_session(cfg.max_concurrency or 0, cfg.request_timeout) as session:
             self.session = session
             await self._open_connections()
             if cfg.warmup:
@@ -226,11 +226,12 @@ class Run:
         self.in_flight[record.index] = record
         body = client.payload(self.cfg.backend, self.cfg.model, req, self.cfg.ignore_eos, self.cfg.temperature,
                               messages)
+        send = client.send(self.session, self.url, body, record, self.t0, self.headers, self.cfg.read_timeout)
         if self.semaphore:
             async with self.semaphore:
-                text = await client.send(self.session, self.url, body, record, self.t0, self.headers)
+                text = await send
         else:
-            text = await client.send(self.session, self.url, body, record, self.t0, self.headers)
+            text = await send
         self._finish(record)
         return text if record.success else None
 
