@@ -344,3 +344,43 @@ def test_foreign_calibration_replays_a_closed_loop_with_its_own_requests(tmp_pat
     as_listed = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=4).summary()
     assert got["p99_ttft_ms"] == want["p99_ttft_ms"] and got["median_tpot_ms"] == want["median_tpot_ms"]
     assert got["p99_ttft_ms"] != as_listed["p99_ttft_ms"]
+
+
+def test_foreign_burst_replays_each_burst_on_its_own_and_reads_the_servers_preemptions(tmp_path, benchmark_script):
+    """A burst the simulator itself served (every request at t = 0, a pool of 40 requests' worth, so they queue
+    and are preempted) is predicted exactly when the server is the model, its runs pooled; the measured
+    preemptions are the scraped counter's rise over the run (NaN where there was no scrape)."""
+    import json as json_
+
+    from llmbench.plan.scheduler import EngineShape
+    from llmbench.records import RecordWriter, RequestRecord
+    from llmbench.results import RunFiles, write_result
+
+    module = benchmark_script("foreign_burst")
+    setup, work, rng = _catalog_setup()
+    shape = EngineShape(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=40 * 1500, block_size=16)
+    runs = []
+    for k, scraped in enumerate((True, False)):
+        prompts, outputs = work.sample(150, rng)
+        sent = np.zeros(150)
+        res = simulate(sent, prompts, outputs, setup.model, shape)
+        assert res.preemptions > 0
+        files = RunFiles(tmp_path, f"rate-inf-{k}")
+        writer = RecordWriter(files.records)
+        for i, (p, o) in enumerate(zip(prompts, outputs, strict=True)):
+            writer.write(RequestRecord(i, 0.0, dispatched=0.0, start=0.0, end=res.e2el[i], success=True,
+                                       chunk_times=[res.ttft[i], res.e2el[i]], prompt_len=int(p),
+                                       output_tokens=int(o)))
+        writer.close()
+        write_result(files, {"request_rate": float("inf"), "completed": 150, "saturated": None})
+        if scraped:
+            files.server_metrics.write_text("\n".join(json_.dumps({"t": t, "preemptions": n})
+                                                      for t, n in ((0, 7), (1, 7 + res.preemptions))))
+        runs.append((tmp_path, files.label))
+    measured, simulated, n = module._burst(runs, setup.model, shape)
+    assert n == 300
+    for key in ("mean_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "ttft_x_tok_s"):
+        assert simulated[key] == pytest.approx(measured[key], rel=0.02), key
+    assert np.isnan(measured["preemptions"])
+    measured, simulated, _ = module._burst(runs[:1], setup.model, shape)
+    assert measured["preemptions"] == simulated["preemptions"] > 0
