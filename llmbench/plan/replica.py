@@ -136,7 +136,7 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
 
     measured_req = replace(req, gpu=req.measured_gpu or req.gpu, gpu_spec=None if req.measured_gpu else req.gpu_spec,
                            gpus_per_replica=req.measured_tp or req.gpus_per_replica)
-    measured = catalog_replica(measured_req, work)
+    measured = _with_server_pool(catalog_replica(measured_req, work), Path(req.results))
     rep = catalog_replica(req, work) if (req.measured_gpu or req.measured_tp) else measured
     try:
         cal = calibrate(req.results, measured.setup.model, measured.setup.shape)
@@ -164,6 +164,27 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
                         if cal.seq_overhead else "")
                      + "; memory, KV capacity, "
                      "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
+    return rep
+
+
+def _with_server_pool(rep: Replica, folder: Path) -> Replica:
+    """The measured server's own KV pool where it stated one (vLLM's /metrics, read when the sweep began): the
+    calibration replays the sweep's runs, whose queueing and preemptions are that pool's, not the catalog's
+    estimate for the device (vLLM-CPU's is whatever VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes set)."""
+    from llmbench.results import load_metadata
+
+    try:
+        pool = load_metadata(folder).get("target", {}).get("kv_pool")
+    except (OSError, ValueError):
+        return rep
+    if not pool:
+        return rep
+    tokens, size = pool["blocks"] * pool["block_size"], pool["block_size"]
+    rep.setup = replace(rep.setup, shape=replace(rep.setup.shape, kv_capacity_tokens=tokens, block_size=size,
+                                                 null_blocks=1))
+    rep.memory["kv_capacity_tokens"] = tokens
+    rep.notes.append(f"KV pool: the measured server's own, {pool['blocks']:,} blocks of {size} tokens ({tokens:,} "
+                     f"tokens, its {pool['source']}), not the catalog's estimate for the device")
     return rep
 
 
