@@ -42,8 +42,8 @@ OPTIONS = [
     click.option("--percentiles", default="50,90,95,99", show_default=True),
     click.option("--request-timeout", default=600.0, show_default=True, help="Seconds a request may take in all."),
     click.option("--read-timeout", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True),
-                 help="Seconds a stream that has begun may send nothing before the request fails as stalled (the wait for "
-                      "the first chunk is TTFT: only --request-timeout bounds it)."),
+                 help="Seconds a stream that has begun may send nothing before the request fails as stalled "
+                      "(the wait for the first chunk is TTFT: only --request-timeout bounds it)."),
     click.option("--max-failure-rate", default=0.05, show_default=True, type=click.FloatRange(0, 1),
                  help="More failed requests than this fraction ends the sweep and exits 3."),
     click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token for the target."),

@@ -189,9 +189,11 @@ async def _stream(resp: aiohttp.ClientResponse, parser: StreamParser, t0: float,
     async for raw in resp.content:
         if parser.feed(raw, time.perf_counter() - t0):
             return
-        if not armed and parser.record.chunk_times and resp.connection is not None:
-            resp.connection.protocol.read_timeout = read_timeout
-            resp.connection.protocol.start_timeout()
+        if not armed and parser.record.chunk_times:
+            protocol = resp.connection.protocol if resp.connection is not None else None
+            if protocol is not None:
+                protocol.read_timeout = read_timeout
+                protocol.start_timeout()
             armed = True
 
 

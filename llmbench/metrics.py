@@ -158,7 +158,8 @@ def failure_cause(error: str) -> str:
     if head.startswith("HTTP "):
         return f"HTTP {head[5:]} from the server"
     words = {"ClientConnectorError": "could not connect", "ServerDisconnectedError": "the server closed the connection",
-             "TimeoutError": "timed out", "timed out": "timed out (--request-timeout)", "ClientPayloadError": "a broken response body",
+             "TimeoutError": "timed out", "timed out": "timed out (--request-timeout)",
+             "ClientPayloadError": "a broken response body",
              "Never received a valid chunk to calculate TTFT.": "no token in the response",
              "bad chunk": "a malformed stream chunk", "stalled": "a stream that stalled (--read-timeout)",
              "interrupted": "interrupted"}
