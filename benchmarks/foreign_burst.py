@@ -17,7 +17,6 @@ or --kv-tokens and --block-size (vLLM's log: "KV cache size: N tokens"), and vLL
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -33,9 +32,10 @@ from foreign_calibration import _by_rate, _only, _split  # noqa: E402
 from llmbench.machine import describe_machine  # noqa: E402
 from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
+from llmbench.plan.replica import stated_pool  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results, sent_times  # noqa: E402
-from llmbench.results import RunFiles, load_metadata, load_records, load_results  # noqa: E402
+from llmbench.results import load_records, load_results, load_server_metrics  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
 FIGURES = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_tok_s",
@@ -52,30 +52,29 @@ def _figures(ttft: np.ndarray, tpot: np.ndarray, tokens: float, seconds: float, 
 
 def _preemptions(folder: Path, label: str) -> float:
     """The server's preemption counter over the run (`vllm:num_preemptions`, scraped); NaN where not scraped."""
-    path = RunFiles(folder, label).server_metrics
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    counts = [r["preemptions"] for r in rows if r.get("preemptions") is not None]
-    return counts[-1] - counts[0] if len(counts) > 1 else float("nan")
+    metrics = load_server_metrics(folder, label)
+    counts = metrics["preemptions"].dropna() if "preemptions" in metrics else []
+    return float(counts.iloc[-1] - counts.iloc[0]) if len(counts) > 1 else float("nan")
+
+
+def _pooled(runs: list[tuple]) -> dict:
+    """The figures of several runs taken together: (ttft, tpot, tokens, seconds, preemptions) each."""
+    ttft, tpot, tokens, seconds, preemptions = zip(*runs, strict=True)
+    return _figures(np.concatenate(ttft), np.concatenate(tpot), sum(tokens), sum(seconds), sum(preemptions))
 
 
 def _burst(runs: list[tuple[Path, str]], model, shape) -> tuple[dict, dict, int]:
-    measured, simulated, n = [[], [], 0, 0, 0], [[], [], 0, 0, 0], 0
+    """Each burst replayed on its own sends and lengths; measured and simulated figures, each side pooled."""
+    measured, simulated, n = [], [], 0
     for folder, label in runs:
         run = load_records(folder, label)
         run = run[run["success"] & ~run["warmup"].astype(bool)]
         n += len(run)
         res = simulate(sent_times(run), run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(), model, shape)
-        for side, ttft, tpot, tokens, seconds, pre in (
-                (measured, run["ttft"].to_numpy(float), run["tpot"].dropna().to_numpy(float),
-                 run["output_tokens"].sum(), (run["start"] + run["latency"]).max() - run["start"].min(),
-                 _preemptions(folder, label)),
-                (simulated, res.ttft, res.tpot, res.output_tokens, res.duration, res.preemptions)):
-            side[0].append(ttft)
-            side[1].append(tpot)
-            side[2] += tokens
-            side[3] += seconds
-            side[4] += pre
-    return *(_figures(np.concatenate(s[0]), np.concatenate(s[1]), *s[2:]) for s in (measured, simulated)), n
+        measured.append((run["ttft"].to_numpy(float), run["tpot"].dropna().to_numpy(float), run["output_tokens"].sum(),
+                         (run["start"] + run["latency"]).max() - run["start"].min(), _preemptions(folder, label)))
+        simulated.append((res.ttft, res.tpot, res.output_tokens, res.duration, res.preemptions))
+    return _pooled(measured), _pooled(simulated), n
 
 
 @click.command()
@@ -95,7 +94,7 @@ def main(calibrate_on: str, bursts: tuple[str, ...], gpu_spec: str, kv_tokens: i
 
         model = str(build_model("small") / "config.json")
     folder, labels = _split(calibrate_on)
-    pool = load_metadata(folder).get("target", {}).get("kv_pool") or {}
+    pool = stated_pool(folder) or {}
     kv_tokens = kv_tokens or (pool["blocks"] * pool["block_size"] if pool else None)
     block_size = block_size or pool.get("block_size")
     if not kv_tokens or not block_size:

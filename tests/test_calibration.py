@@ -11,16 +11,20 @@ from llmbench.cli import main
 from llmbench.plan.simulator import simulate
 
 
+def _sweep(server, tiny_model, out, *args: str) -> None:
+    """`llmbench sweep` of the scripted `server` into `out`, the flags after the common ones."""
+    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--out", str(out),
+                                  "--no-progress", *args])
+    assert r.exit_code == 0, r.output
+
+
 def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     """A server without engine statistics: the roofline is scaled to the sweep's own TPOT and the TTFT gap
     becomes a per-request overhead; --at-rate then shows the measured point beside the prediction."""
     server = scripted("--ttft-ms", "60", "--itl-ms", "20")
     out = tmp_path / "sweep"
     # warm-up requests first: a loaded CI machine's first, cold requests read TTFT 75 against the server's 60 ms
-    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "2,4",
-                                  "--duration", "4", "--warmup", "2", "--output-len", "16", "--out", str(out),
-                                  "--no-progress"])
-    assert r.exit_code == 0, r.output
+    _sweep(server, tiny_model, out, "--rate", "2,4", "--duration", "4", "--warmup", "2", "--output-len", "16")
     r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
                                   "--gpu", "L4", "--no-search"])
     assert r.exit_code == 0, r.output
@@ -392,10 +396,7 @@ def test_a_calibrated_plan_replays_the_sweep_in_the_kv_pool_the_server_stated(sc
     the device (vLLM-CPU's pool is whatever VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes set)."""
     server = scripted("--ttft-ms", "20", "--itl-ms", "10", "--kv-blocks", "300")
     out = tmp_path / "sweep"
-    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "4,8",
-                                  "--duration", "3", "--input-len", "64", "--output-len", "8", "--out", str(out),
-                                  "--no-progress"])
-    assert r.exit_code == 0, r.output
+    _sweep(server, tiny_model, out, "--rate", "4,8", "--duration", "3", "--input-len", "64", "--output-len", "8")
     assert json.loads((out / "metadata.json").read_text())["target"]["kv_pool"] == {
         "blocks": 300, "block_size": 16, "source": "vllm:cache_config_info"}
     r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "8", "--model", "qwen2.5-0.5b",
@@ -430,10 +431,7 @@ def test_a_calibrated_plan_far_above_the_sweeps_load_says_its_speed_is_extrapola
     sweep's own load."""
     server = scripted("--ttft-ms", "30", "--itl-ms", "10")
     out = tmp_path / "sweep"
-    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "2,4",
-                                  "--duration", "3", "--input-len", "64", "--output-len", "16", "--out", str(out),
-                                  "--no-progress"])
-    assert r.exit_code == 0, r.output
+    _sweep(server, tiny_model, out, "--rate", "2,4", "--duration", "3", "--input-len", "64", "--output-len", "16")
     base = ["plan", "--results", str(out), "--model", "qwen2.5-0.5b", "--gpu", "L4"]
     r = CliRunner().invoke(main, [*base, "--max-throughput"])
     assert r.exit_code == 0, r.output

@@ -185,16 +185,22 @@ def _in_flight(folder: Path) -> float | None:
     return most
 
 
-def _with_server_pool(rep: Replica, folder: Path) -> Replica:
-    """The measured server's own KV pool where it stated one (vLLM's /metrics, read when the sweep began): the
-    calibration replays the sweep's runs, whose queueing and preemptions are that pool's, not the catalog's
-    estimate for the device (vLLM-CPU's is whatever VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes set)."""
+def stated_pool(folder: Path) -> dict | None:
+    """The KV pool the measured server stated (vLLM's /metrics, kept in the sweep's metadata): blocks, block_size,
+    source; None where it stated none."""
     from llmbench.results import load_metadata
 
     try:
-        pool = load_metadata(folder).get("target", {}).get("kv_pool")
+        return load_metadata(folder).get("target", {}).get("kv_pool") or None
     except (OSError, ValueError):
-        return rep
+        return None
+
+
+def _with_server_pool(rep: Replica, folder: Path) -> Replica:
+    """The measured server's own KV pool where it stated one: the calibration replays the sweep's runs, whose
+    queueing and preemptions are that pool's, not the catalog's estimate for the device (vLLM-CPU's is whatever
+    VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes set)."""
+    pool = stated_pool(folder)
     if not pool:
         return rep
     tokens, size = pool["blocks"] * pool["block_size"], pool["block_size"]
