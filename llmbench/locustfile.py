@@ -42,6 +42,9 @@ def _options(parser) -> None:
     group.add_argument("--llm-records", default="llmbench-locust", help="folder for per-worker records")
     group.add_argument("--llm-seed", type=int, default=0)
     group.add_argument("--llm-ignore-eos", action="store_true")
+    group.add_argument("--llm-request-timeout", type=float, default=600.0, help="seconds a request may take in all")
+    group.add_argument("--llm-read-timeout", type=float, default=60.0,
+                       help="seconds a begun stream may send nothing (0: no limit)")
 
 
 START_DELAY = 1.0  # seconds between the start signal (all workers ready) and the first send
@@ -86,7 +89,8 @@ def _build(opts, host: str) -> None:
     offsets = arrivals.schedule(len(requests), opts.llm_rate, opts.llm_burstiness, opts.llm_seed) \
         if opts.llm_rate > 0 else None
     _state.update(model=target.model, url=host + client.BACKENDS[opts.llm_backend], backend=opts.llm_backend,
-                  requests=requests, offsets=offsets, ignore_eos=opts.llm_ignore_eos, driver_started=False)
+                  requests=requests, offsets=offsets, ignore_eos=opts.llm_ignore_eos, driver_started=False,
+                  request_timeout=opts.llm_request_timeout, read_timeout=opts.llm_read_timeout or None)
 
 
 def _master_protocol(environment) -> None:
@@ -215,7 +219,9 @@ class LLMUser(User):
         error = None
         try:
             end = locust_transport.post_stream(self.session, st["url"], body, parser,
-                                               lambda: time.perf_counter() - st["t0"])
+                                               lambda: time.perf_counter() - st["t0"],
+                                               request_timeout=st["request_timeout"],
+                                               read_timeout=st["read_timeout"])
         except Exception as err:  # noqa: BLE001 - a failed request is a record, never a crash
             record.error = f"{type(err).__name__}: {err}"
             error = err

@@ -348,11 +348,12 @@ def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokeni
     options = {"dataset": w.dataset, "num_prompts": len(requests), "rate": rate, "burstiness": plan.burstiness,
                "backend": w.backend, "seed": w.seed, "model": target.model, "tokenizer": tokenizer_id,
                "dataset_options": {k: v for k, v in w.options.items() if k != "path"},
-               "dataset_path": w.options.get("path"), "ignore_eos": w.ignore_eos, "users": plan.users}
+               "dataset_path": w.options.get("path"), "ignore_eos": w.ignore_eos, "users": plan.users,
+               "request_timeout": plan.request_timeout, "read_timeout": plan.read_timeout}
     if plan.users:
         limit = w.duration or 120.0
-    else:
-        limit = (len(requests) / rate if math.isfinite(rate) else 10.0) + 60.0
+    else:  # the last send, then as long as a request may take: a burst queued for minutes is measured, not cut
+        limit = (len(requests) / rate if math.isfinite(rate) else 0.0) + plan.request_timeout + 10.0
     records, stalls, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit,
                                                      plan.users)
     result = metrics.compute(records, None, plan.percentiles, plan.slo.bounds, math.inf if plan.users else rate)

@@ -302,3 +302,49 @@ def test_a_request_queued_longer_than_the_read_timeout_is_measured_not_failed(sc
     records = read_records(late / "rate-inf.records.jsonl")
     assert not all(rec.success for rec in records)
     assert "timed out (--request-timeout)" in json.loads((late / "rate-inf.json").read_text())["failure_summary"]
+
+
+def test_the_locust_transport_keeps_the_native_clients_timeouts():
+    """Locust's requests ran under a fixed 600 s socket timeout whatever --read-timeout and --request-timeout said.
+    Now as the native client: a request queued longer than --read-timeout before its first token is measured, a
+    stream that stops after it began fails as stalled, and --request-timeout bounds the request in all; the
+    connection a watched stream used serves the next request unwatched until its own first token."""
+    import time
+
+    from llmbench.client import StreamParser
+    from llmbench.locust_transport import make_session, post_stream
+    from llmbench.records import RequestRecord
+
+    async def completions(request):
+        wait, pause = (await request.json())["script"]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(wait)
+        for _ in range(2):
+            await resp.write(b'data: {"choices": [{"text": "a"}]}\n\n')
+            await asyncio.sleep(pause)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    server = ThreadedApp(web.AppRunner(app, keepalive_timeout=60))
+    session, records = make_session(), []
+    try:
+        for script, request_timeout in (([1.5, 0.0], 30.0), ([1.5, 0.0], 30.0), ([0.0, 2.0], 30.0),
+                                        ([3.0, 0.0], 1.0)):
+            record = RequestRecord(index=len(records), scheduled=0.0)
+            parser, start = StreamParser(record, False), time.perf_counter()
+            end = post_stream(session, server.url + "/v1/completions", {"script": script}, parser,
+                              lambda t0=start: time.perf_counter() - t0, drain=5.0,
+                              request_timeout=request_timeout, read_timeout=0.5)
+            parser.finish(end)
+            records.append(record)
+    finally:
+        session.close()
+        server.close()
+    queued, queued_again, stalled, late = records  # the second on the first's connection
+    assert queued.success and queued.ttft > 1.0 and queued_again.success and queued_again.ttft > 1.0
+    assert not stalled.success and stalled.error == "stalled: no data within --read-timeout"
+    assert not late.success and late.error == "timed out: the request took longer than --request-timeout"
+    assert late.end < 2.5

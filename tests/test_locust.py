@@ -87,3 +87,28 @@ def test_dead_worker_is_reported_and_records_kept(scripted, tmp_path, tiny_model
     assert all(e - s < 0.8 for s, e in stalls.get("worker-1", []))
     touched = spanning(records, stalls)
     assert len(touched) == data["requests_in_client_stalls"] and {r.worker for r in touched} <= {"worker-0"}
+
+
+def test_a_locust_burst_may_take_as_long_as_a_request_may(scripted, tmp_path, tiny_model, monkeypatch):
+    """A burst sent at once was given 70 s before Locust stopped its users (the requests then in flight lost) and
+    every request a fixed 600 s socket timeout: the run now lasts as long as --request-timeout allows after the
+    last send, and the workers get --read-timeout and --request-timeout."""
+    import llmbench.locust_runner as locust_runner
+
+    seen = {}
+
+    def capture(base_url, options, workers, files, limit, users=None):
+        seen.update(options, limit=limit, args=locust_runner.locust_args(base_url, options, files.locust_dir, 1))
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(locust_runner, "run_locust", capture)
+    server = scripted("--ttft-ms", "10", "--itl-ms", "2")
+    r = CliRunner().invoke(main, ["run", "--engine", "locust", "--base-url", server.url, "--tokenizer",
+                                  str(tiny_model), "--rate", "inf", "--num-prompts", "20", "--output-len", "4",
+                                  "--request-timeout", "900", "--read-timeout", "5", "--no-progress",
+                                  "--out", str(tmp_path / "burst")])
+    assert isinstance(r.exception, RuntimeError) and str(r.exception) == "captured"
+    assert seen["limit"] >= 900 and seen["request_timeout"] == 900 and seen["read_timeout"] == 5
+    args = seen["args"]
+    assert args[args.index("--llm-request-timeout") + 1] == "900.0"
+    assert args[args.index("--llm-read-timeout") + 1] == "5.0"
