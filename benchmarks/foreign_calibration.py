@@ -115,7 +115,7 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
 @click.option("--concurrency", "concurrency_on", default=None,
               help="FOLDER:label,... of --max-concurrency runs (pooled).")
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
-              help="Fit the cost per sequence in a step from the highest calibration rate (off: one GPU-time scale).")
+              help="Fit the cost per sequence a step (decode-only token gaps, else the top rate; off: one scale).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
          concurrency_on: str | None, per_sequence: bool) -> None:
     if model is None:

@@ -3,10 +3,13 @@
 Factors are fitted on the lowest measured rates, replaying each rate's own arrivals and lengths through the
 simulator: a scale on the GPU part of the step (so the simulated median TPOT equals the measured one), the
 prompt's compute (TTFT against prompt length), a per-request overhead (the median TTFT the engine's steps do not
-explain) and, from two rates or more, a cost per sequence in a step: where the higher rate's TPOT rises faster
-than the model's own batching makes it (one scale misses either end by more than 5 %), each token costs the server
-something the GPU priors do not hold (on a CPU server, detokenizing and streaming every token on the very cores
-that run the model). The scale then matches the lowest rate's median TPOT and the per-sequence cost the highest's.
+explain) and a cost per sequence in a step: each token costs the server something the GPU priors do not hold (on
+a CPU server, detokenizing and streaming every token on the very cores that run the model). Where the records hold
+each token's arrival, that cost is what the decode-only steps' growth against the batch (decode_gaps.py) exceeds
+the model's own by, and the scale matches the pooled median TPOT; where they hold the first and last token only,
+it is read from two rates or more: where the higher rate's TPOT rises faster than the model's own batching makes
+it (one scale misses either end by more than 5 %), the scale matches the lowest rate's median TPOT and the
+per-sequence cost the highest's.
 All transfer to other rates, tensor-parallel sizes and GPUs: the scale multiplies the target GPU's own efficiency
 priors.
 """
@@ -21,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from llmbench.client_stalls import waited
+from llmbench.plan.decode_gaps import DecodeCurve, decode_curve
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
@@ -41,6 +45,7 @@ class Calibration:
     residuals: tuple[tuple[str, float, float], ...] = ()  # per run: label, median TPOT and TTFT fitted/measured - 1
     seq_overhead: float = 0.0  # seconds per sequence in a step beyond the engine profile's (0: not fitted)
     in_client_stalls: int = 0  # requests replayed but not fitted on: the client's own wait moved their timings
+    decode_gaps: int = 0  # token gaps of decode-only steps `seq_overhead` was read from (0: from two rates' TPOT)
 
     @property
     def misfit(self) -> float:
@@ -58,6 +63,7 @@ class Calibration:
         return (f"calibrated on {', '.join(self.labels)}: GPU time x{self.scale:.2f} against the priors"
                 + (f", prompt compute x{self.prefill_scale:.2f} more" if self.prefill_scale != 1.0 else "")
                 + (f", {self.seq_overhead * 1e6:.0f} µs more per sequence a step" if self.seq_overhead else "")
+                + (f" (from {self.decode_gaps:,} token gaps of decode-only steps)" if self.decode_gaps else "")
                 + f", {self.request_overhead * 1000:.1f} ms per request (median TPOT {self.measured_tpot_ms:.1f} ms "
                 f"measured, {self.simulated_tpot_ms:.1f} ms simulated)"
                 + ("; on its own runs the fit is off by " + ", ".join(
@@ -127,8 +133,8 @@ def timed(ok: pd.DataFrame) -> pd.DataFrame:
 
 def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int = 2,
               per_sequence: bool = True) -> Calibration:
-    """`per_sequence`: fit the cost per sequence in a step where the higher rate's TPOT rises (False: one scale
-    on the pooled median TPOT, as before that term)."""
+    """`per_sequence`: fit the cost per sequence in a step, from the decode-only steps' token gaps or where the
+    higher rate's TPOT rises (False: one scale on the pooled median TPOT, as before that term)."""
     runs = _runs(Path(folder), rates)
     if not runs:
         raise ValueError(f"{folder}: no unsaturated finite rate with at least 5 successful requests to calibrate on")
@@ -178,13 +184,19 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
     one_scale = [tpot(_fitted(roof, scale, prefill, 0.0), [run]) / float(timed(run[1])["tpot"].median()) - 1
                  for run in (runs[0], runs[-1])] if per_sequence and len(runs) > 1 else [0.0]
     rises = high_tpot > low_tpot and max(map(abs, one_scale)) > ONE_SCALE_TOLERANCE
+    curve = _curve(Path(folder), runs) if per_sequence else None
     for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
         before = (scale, prefill, per_seq)
         if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
             prefill = bisect(*bracket(lambda x, s=scale, q=per_seq: _ttft_slope(
                 list(replay(_fitted(roof, s, x, q), runs[:1])), simulated=True) >= slope, prefill, PREFILL_RANGE),
                 within=3e-3)
-        if rises:
+        if curve is not None:  # the decode-only steps' slope against the batch, beyond the model's own
+            per_seq = max(curve.slope() - curve.slope(
+                lambda n, context, m=_fitted(roof, scale, prefill, 0.0): m.step_time(0, n, context)), 0.0)
+            scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q)) >= measured_tpot,
+                           *SCALE_RANGE)
+        elif rises:
             if tpot(_fitted(roof, scale, prefill, SEQ_RANGE[0]), highest) < high_tpot:
                 per_seq = bisect(lambda x, s=scale, p=prefill: tpot(_fitted(roof, s, p, x), highest) >= high_tpot,
                                  *SEQ_RANGE)
@@ -208,7 +220,15 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int 
                        float((np.median(np.concatenate([r.ttft for r in rate])) + overhead) / ok["ttft"].median() - 1))
                       for (label, ok), rate in zip(((label, timed(ok)) for label, ok in runs), fitted, strict=True))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
-                       prefill, residuals, per_seq, sum(int(ok["in_client_stall"].sum()) for _, ok in runs))
+                       prefill, residuals, per_seq, sum(int(ok["in_client_stall"].sum()) for _, ok in runs),
+                       curve.gaps if curve is not None else 0)
+
+
+def _curve(folder: Path, runs: list) -> DecodeCurve | None:
+    """The decode-only token gaps of the runs calibrated on, from the requests whose timings are the server's."""
+    keep = {label: set(run.loc[~run["in_client_stall"], "index"]) for _, ok in runs
+            for label, run in ok.groupby("label", sort=False)}
+    return decode_curve(folder, list(keep), keep)
 
 
 PREFILL_RANGE = (1e-3, 1e3)

@@ -304,9 +304,10 @@ def _api_server_bound(plan: dict, rep: Replica) -> None:
 
 def _beyond_calibration(plan: dict, rep: Replica) -> None:
     """A calibrated point far above the load the sweep held rests on an extrapolation of its cost per sequence a
-    step: two calibration sweeps of one vLLM-CPU server 40 minutes apart (3-10 requests in flight) fitted 285 and
-    1,163 µs, and a 400-request burst (40-60 running) came out -3 % and +28 % in TTFT from them
-    (benchmarks/README.md, "Bursts on a server written elsewhere"). The plan says so."""
+    step: from two calibration sweeps of one vLLM-CPU server half an hour apart (3-10 requests in flight), a
+    400-request burst (40-60 running) came out +8 and +20 % in mean TTFT, on another server -7 and 0 %, with the cost
+    read from the decode-only token gaps (-3 and +28 % on a third from two rates' median TPOT; benchmarks/README.md,
+    "The cost per sequence a step"). The plan says so."""
     point = (plan.get("simulated") or {}).get("point")
     seen = rep.calibrated_in_flight
     if not point or not seen:
@@ -318,8 +319,9 @@ def _beyond_calibration(plan: dict, rep: Replica) -> None:
     if held > BEYOND_CALIBRATION * seen:
         plan["estimates"].append(
             f"this point runs ~{held:.0f} requests at a time, {held / seen:.0f}x the most a calibration run held in "
-            f"flight ({seen:.1f}): its speed extrapolates the cost per sequence fitted there (two sweeps of one "
-            "vLLM-CPU server read a burst's TTFT -3 % and +28 %); sweep up to the load you plan for")
+            f"flight ({seen:.1f}): its speed extrapolates the cost per sequence fitted there (a burst of 400 "
+            "requests on vLLM-CPU, its mean TTFT from two sweeps of the server: +8 / +20 % in one test, -7 / 0 % "
+            "in another); sweep up to the load you plan for")
 
 
 def _costs(plan: dict, req: PlanRequest, gpus_total: int, work: Workload, priced: bool = True) -> None:
