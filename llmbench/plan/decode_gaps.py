@@ -12,6 +12,7 @@ written elsewhere").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,20 +32,19 @@ class DecodeCurve:
     def gaps(self) -> int:
         return int(self.levels["count"].sum())
 
-    def slope(self, step_time=None) -> float:
+    def slope(self, step_time: Callable[[float, float], float] | None = None) -> float:
         """Seconds a sequence adds to a step: the measured medians' slope, or `step_time(seqs, context)`'s over
         the same levels, each weighted by its gaps, each run about its own mean."""
         y = self.levels["gap"] if step_time is None else pd.Series(
             [step_time(s, c) for s, c in zip(self.levels["seqs"], self.levels["context"], strict=True)],
             index=self.levels.index)
-        frame = self.levels.assign(y=y)
-        w, num, den = frame["count"], 0.0, 0.0
+        frame, num, den = self.levels.assign(y=y), 0.0, 0.0
         for _, run in frame.groupby("run", sort=False):
             wr = run["count"]
             x = run["seqs"] - np.average(run["seqs"], weights=wr)
             num += float((wr * x * (run["y"] - np.average(run["y"], weights=wr))).sum())
             den += float((wr * x * x).sum())
-        return num / den if den > 0 and w.sum() else float("nan")
+        return num / den if den > 0 else float("nan")
 
 
 def decode_curve(folder: Path, labels: list[str], keep: dict[str, set[int]] | None = None) -> DecodeCurve | None:
