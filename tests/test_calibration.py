@@ -356,7 +356,7 @@ def test_foreign_burst_replays_each_burst_on_its_own_and_reads_the_servers_preem
     preemptions are the scraped counter's rise over the run (NaN where there was no scrape)."""
     import json as json_
 
-    from llmbench.plan.scheduler import EngineShape
+    from llmbench.plan.engine_shape import EngineShape
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 

@@ -4,9 +4,9 @@ the next replica; the wait counts in TTFT and E2E, not in TPOT."""
 import numpy as np
 
 from llmbench.plan import gpus, models
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.harness_batcher import HarnessBatcher
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.search import SimSetup, at_rate
 from llmbench.plan.simulator import simulate
 from llmbench.plan.workload import Workload

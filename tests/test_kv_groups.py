@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from llmbench.plan import engines, gpus, models
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.model_spec import ModelSpec
-from llmbench.plan.scheduler import EngineShape, Request, Scheduler
+from llmbench.plan.scheduler import Scheduler
+from llmbench.plan.sequence import Request
 from llmbench.plan.simulator import simulate
 
 HYBRID = dict(keep_preempted=True, kv_groups=(1, 1), window=128)

@@ -336,9 +336,14 @@ def test_tuning_rows_of_section_9():
     are left to `llmbench plan validate`): medians inside the aims (throughput 15 %, latency 25 %, KV 5 %). A fit:
     the bands come from the held-out rows (test_plan_validation.py). The largest errors are known: TP speed-up
     of a batch-1 prefill on A100-40GB (row D) and the 20,000-token prompts of row B."""
-    from llmbench.plan.published import CASES, validate
+    from llmbench.plan.published import CASES
 
-    rows = validate([c for c in CASES if not (c.row == "A" and c.mode == "max")])
+    # read from the stored table, which test_plan_validation.py keeps equal to what the planner says now (a
+    # sample of these rows among those it simulates again)
+    stored = json.loads((Path(__file__).parent / "data" / "plan_validation.json").read_text())
+    section = {c.what for c in CASES if c.row in "ABCDE" and not (c.row == "A" and c.mode == "max")}
+    rows = [r for r in stored if r["case"] in section]
+    assert {r["case"] for r in rows} == section
     for kind, aim in (("throughput", 0.15), ("latency", 0.25), ("memory", 0.05)):
         errors = [abs(r["error"]) for r in rows if r["kind"] == kind and r["class"] == "dense, TP <= 2"]
         assert np.median(errors) < aim, kind

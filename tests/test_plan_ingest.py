@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from llmbench.plan import engines, gpus, models
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.ingest import INGEST_COST, INGEST_PARSE_SHARE, ingest_wait
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
 
 

@@ -1,12 +1,14 @@
 """The simulator the planner runs: one replica's continuous batching step by step, its fast path, preemption, and
 the tail terms that live in its schedule (a closed loop's opening burst, each prompt's own causal attention)."""
 
+import math
+
 import numpy as np
 import pytest
 
 from llmbench.plan import gpus, models
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
 
 H100 = gpus.gpu("H100-SXM")
@@ -47,6 +49,23 @@ def test_fast_forward_gives_the_step_by_step_answer(shape, concurrency, monkeypa
     np.testing.assert_allclose(np.sort(fast.itl), np.sort(slow.itl), rtol=1e-9, atol=1e-12)
     assert (fast.duration, fast.output_tokens, fast.preemptions) == pytest.approx(
         (slow.duration, slow.output_tokens, slow.preemptions), rel=1e-9)
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp", "knobs"), [
+    ("llama-3.1-8b", "H100-SXM", 1, {}), ("gpt-oss-20b", "H100-SXM", 1, {}), ("mixtral-8x7b", "A100-80GB", 4, {}),
+    ("qwen3-32b", "H200", 2, {"weight_dtype": "fp8", "knee_p": math.inf}), ("llama-3.1-8b", "L40S", 1, {"scale": 40.0}),
+    ("qwen3-0.6b", "H100-SXM", 1, {})])
+def test_a_decode_stretch_is_timed_as_its_steps_one_by_one(model, gpu, tp, knobs):
+    """The fast path times a stretch of decodes with one call on an array of contexts: the very figures of one
+    call a step (sliding window, experts, TP, an FP8 checkpoint, the plain roofline's max, a small model's token drain)."""
+    from llmbench.plan import engines
+
+    for engine in ("vllm", "sglang"):
+        roof = RooflineModel(models.model(model), gpus.gpu(gpu), tp, engine=engines.PROFILES[engine], **knobs)
+        for batch in (1, 7, 256):
+            contexts = 900 * batch + batch * np.arange(300)
+            one_by_one = [roof.step_time(0, batch, int(c)) for c in contexts]
+            assert np.array_equal(roof.step_time(0, batch, contexts), one_by_one), (engine, batch)
 
 
 class _PrefillClock:
@@ -182,7 +201,8 @@ def test_amds_mlperf_scheduler_decodes_a_target_and_gathers_prefills():
     a step decodes T(n) of n running (MAX from MAX on, a multiple of STEP from MIN on, else MIN, which is all);
     an invocation prefills only below MAX running, with enough free blocks, and with at least the set number of
     queries waiting, unless the invocation before did not prefill."""
-    from llmbench.plan.scheduler import Request, Scheduler
+    from llmbench.plan.scheduler import Scheduler
+    from llmbench.plan.sequence import Request
 
     shape = EngineShape(650, 40960, 10**7, 32, chunked_prefill=False, decode_target=(608, 352, 16, 0, 8))
     sched = Scheduler(shape)
@@ -218,7 +238,8 @@ def test_a_preempted_requests_blocks_leave_the_pool_last_first_and_come_back_cac
     """Tail term `cached preemption` (vLLM V1): a preempted request's full blocks join the free pool's tail, its
     partial block the head; allocations take the head, evicting its last blocks first; re-admitted, it finds the
     leading blocks that survived (at most its tokens - 1, whole blocks) and computes only the rest."""
-    from llmbench.plan.scheduler import Request, Scheduler
+    from llmbench.plan.scheduler import Scheduler
+    from llmbench.plan.sequence import Request
 
     sched = Scheduler(EngineShape(8, 256, 160, 16, keep_preempted=True))  # 10 blocks
     r = Request(0.0, 64, 8)

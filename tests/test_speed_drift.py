@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from llmbench.plan.drift import SpeedDrift, fit_drift
-from llmbench.plan.scheduler import EngineShape
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.simulator import simulate
 
 

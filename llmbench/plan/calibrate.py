@@ -25,8 +25,8 @@ import pandas as pd
 
 from llmbench.client_stalls import waited
 from llmbench.plan.decode_gaps import DecodeCurve, decode_curve
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
 from llmbench.plan.workload import sent_times
 from llmbench.steady_state import MATERIAL_MS, MATERIAL_SHARE

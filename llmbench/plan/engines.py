@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.ingest import INGEST_COST, INGEST_PARSE_SHARE
 from llmbench.plan.model_spec import ModelSpec
-from llmbench.plan.scheduler import EngineShape
 
 GiB = 2**30
 # Tail term `token drain`: the API server turns every streamed token of every running request into an SSE chunk on
@@ -134,11 +134,11 @@ class EngineProfile:
     prefill_kv_free: float = 0.0  # the ROCm fork's VLLM_SCHED_PREFILL_KVC_FREEPCT / 100 (V0; scheduler.py)
     reserve_output: bool = False  # admit a request only with KV for its whole output (no preemption)
     prefix_caching: bool = True
-    cached_preemption: bool = False  # vLLM V1: a preempted request's blocks stay in the prefix cache (scheduler.py)
-    hybrid_kv: bool = False  # vLLM 0.10+: a KV group per attention type, windowed ones hold the window (scheduler.py)
+    cached_preemption: bool = False  # vLLM V1: a preempted request's blocks stay in the prefix cache (kv_pool.py)
+    hybrid_kv: bool = False  # vLLM 0.10+: a KV group per attention type, windowed ones hold the window (kv_pool.py)
     whole_prompt_admission: bool = False  # vLLM 0.19+: a waiting request's whole sequence must fit (scheduler.py)
-    sparse_window_cache: bool = False  # vLLM 0.23+: sliding groups cache only a hit's possible ends (scheduler.py)
-    prefix_junction: bool = False  # vLLM 0.26+: ... and a re-admitted request's one-group hit end (scheduler.py)
+    sparse_window_cache: bool = False  # vLLM 0.23+: sliding groups cache only a hit's possible ends (kv_pool.py)
+    prefix_junction: bool = False  # vLLM 0.26+: ... and a re-admitted request's one-group hit end (kv_pool.py)
     start_null_block: bool = False  # vLLM 0.29+: its start-up check sets the null block aside (memory.py)
     mfu_scale: float = 1.0  # the engine's kernels against the GPU family's prior (TensorRT-LLM's FP8 GEMMs)
     mbu_scale: float = 1.0

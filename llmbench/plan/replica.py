@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llmbench.plan import bands, cuda_graphs, engines, gpus, models, search
 from llmbench.plan.drift import run_speeds
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import (
     GiB,
@@ -21,7 +22,6 @@ from llmbench.plan.memory import (
 from llmbench.plan.model_spec import ModelSpec
 from llmbench.plan.request import PlanError, PlanRequest, params_text
 from llmbench.plan.roofline import RooflineModel
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import simulate
 from llmbench.plan.workload import Workload, sent_times
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.harness_batcher import HarnessBatcher
-from llmbench.plan.scheduler import EngineShape, StepModel
+from llmbench.plan.scheduler import StepModel
 from llmbench.plan.simulator import SimResult, simulate
 from llmbench.plan.workload import Workload
 from llmbench.slo import SLO

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmbench.plan.drift import SpeedTrace
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.ingest import ingest_wait
-from llmbench.plan.scheduler import EngineShape, Request, Scheduler, StepModel
+from llmbench.plan.scheduler import Scheduler, StepModel
+from llmbench.plan.sequence import Request
 
 PERCENTILES = (50, 90, 99)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from llmbench.plan.drift import SpeedTrace, fit_drift, run_speeds
+from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
-from llmbench.plan.scheduler import EngineShape
 from llmbench.plan.simulator import SimResult, simulate
 from llmbench.plan.workload import sent_times
 from llmbench.results import load_engine_steps, load_metadata, load_records, load_results, runs_by_rate
