@@ -18,6 +18,11 @@ def plan(tmp_path, *args):
     return json.loads(out.read_text()), r.output
 
 
+def notes(tmp_path, *args) -> str:
+    """A plan's printed text on a short workload (200 requests): its notes name the setup, whatever the load."""
+    return plan(tmp_path, *args, "--num-prompts", "200")[1]
+
+
 def test_the_simulated_request_count_is_the_one_asked(tmp_path):
     """A burst of 200 is simulated as 200 (its drain is most of it), and said; without --num-prompts, a
     steady state."""
@@ -228,7 +233,7 @@ def test_graph_padding_follows_each_engines_capture_list(tmp_path):
     cpu = gpus.gpu_from_spec(_spec(tmp_path, {}))
     assert step(vllm, gpu=cpu) == step(unpadded, gpu=cpu)
     assert RooflineModel(model, h100, engine=engines.profile("vllm@0.6.3", h100)).graph_sizes[-1] == 256
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "graph padding (steps of up to 512 tokens run as the next of" in " ".join(text.split())
 
 
@@ -258,36 +263,36 @@ def test_a_plan_says_when_the_api_server_sets_the_pace(tmp_path):
 
 
 def test_an_moe_plan_names_its_expert_kernels_and_a_dense_one_does_not(tmp_path):
-    _, text = plan(tmp_path, "--qps", "2", "--model", "qwen3-30b-a3b", "--gpu", "H100-SXM")
+    text = notes(tmp_path, "--qps", "2", "--model", "qwen3-30b-a3b", "--gpu", "H100-SXM")
     flat = " ".join(text.split())
     assert "expert kernels (the routed experts' GEMMs x1.16 their roofline and 23.0 µs a MoE layer, 48 layers" in flat
     assert "in AIConfigurator's H100 kernel database" in flat
-    _, text = plan(tmp_path, "--qps", "2", "--model", "qwen3-30b-a3b", "--gpu", "A100-80GB")
+    text = notes(tmp_path, "--qps", "2", "--model", "qwen3-30b-a3b", "--gpu", "A100-80GB")
     flat = " ".join(text.split())
     assert "expert kernels (the routed experts' GEMMs x1.55 their roofline and 2.2 µs a MoE layer, 48 layers" in flat
     assert "in AIConfigurator's A100 kernel database" in flat
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "expert kernels" not in " ".join(text.split())
 
 
 def test_a_vllm_plan_names_cached_preemption_and_an_sglang_one_does_not(tmp_path):
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm")
     assert "cached preemption (a preempted request's blocks stay in vLLM V1's prefix cache" in " ".join(text.split())
     assert "whole-prompt admission (vLLM 0.19 on" in " ".join(text.split())
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm@0.18")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "vllm@0.18")
     assert "cached preemption" in " ".join(text.split()) and "whole-prompt admission" not in " ".join(text.split())
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "sglang")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--engine", "sglang")
     assert "cached preemption" not in " ".join(text.split())
 
 
 def test_a_gpt_oss_plan_names_its_sliding_window_and_a_llama_one_does_not(tmp_path):
-    _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM")
+    text = notes(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM")
     assert "sliding window (12 of 24 layers attend to their 128 latest tokens only" in " ".join(text.split())
     assert "hybrid KV groups (1 full-attention and 1 sliding-window groups share one pool" in " ".join(text.split())
     assert "only to its prompt end (sparse window cache, vLLM 0.23 on)" in " ".join(text.split())
-    _, text = plan(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--engine", "sglang")
+    text = notes(tmp_path, "--qps", "2", "--model", "gpt-oss-20b", "--gpu", "H100-SXM", "--engine", "sglang")
     assert "sliding window" in text and "hybrid KV groups" not in " ".join(text.split())
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     assert "sliding window" not in " ".join(text.split())
 
 
@@ -296,22 +301,22 @@ def test_an_fp8_plan_names_its_gemms_and_where_attention_computes(tmp_path):
     TensorRT-LLM's absence of them, and the bf16 peak its attention runs at with a bf16 KV cache; a bf16 plan names
     its bf16 weight reads and no FP8 term; an A100 plan neither."""
     args = ("--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--weight-dtype", "fp8")
-    flat = " ".join(plan(tmp_path, *args)[1].split())
+    flat = " ".join(notes(tmp_path, *args).split())
     assert "fp8 GEMMs (FLOPs x1.62 their roofline" in flat and "attention at the bf16 peak" in flat
     assert "weight reads (fp8 weights of the dense GEMMs at 86% of the bandwidth and 9.7 µs a GEMM, 128 a step" in flat
-    flat = " ".join(plan(tmp_path, *args, "--engine", "trtllm", "--kv-dtype", "fp8")[1].split())
+    flat = " ".join(notes(tmp_path, *args, "--engine", "trtllm", "--kv-dtype", "fp8").split())
     assert "fp8 GEMMs not charged (trtllm's FP8 speed is its tuned prior)" in flat and "at the FP8 peak" in flat
     assert "weight reads at the MBU prior (trtllm's fp8 GEMMs" in flat
-    flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")[1].split())
+    flat = " ".join(notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM").split())
     assert "fp8 GEMMs" not in flat and "weight reads (bf16 weights of the dense GEMMs at 88% of the bandwidth" in flat
-    flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "A100-80GB")[1].split())
+    flat = " ".join(notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "A100-80GB").split())
     assert "weight reads" not in flat
 
 
 def test_a_block_fp8_plan_names_the_kernels_measured_for_blocks(tmp_path):
     """Qwen's own -FP8 checkpoint scales per 128 x 128 block: the plan names the block kernels' figures (experts,
     dense GEMMs, reads and their fixed cost), not the per-tensor ones."""
-    flat = " ".join(plan(tmp_path, "--qps", "2", "--model", "Qwen/Qwen3-30B-A3B-FP8", "--gpu", "H100-SXM")[1].split())
+    flat = " ".join(notes(tmp_path, "--qps", "2", "--model", "Qwen/Qwen3-30B-A3B-FP8", "--gpu", "H100-SXM").split())
     assert "the routed block-FP8 experts' reads x1.06 and FLOPs x2.18 their roofline and 31.5 µs a MoE layer" in flat
     assert "block FP8 GEMMs (FLOPs x1.40 their roofline" in flat and "fp8 GEMMs (FLOPs x1.62" not in flat
     assert "weight reads (fp8 (128 x 128 blocks) weights of the dense GEMMs at 107% of the bandwidth (over 100 %" in flat
@@ -321,7 +326,7 @@ def test_a_plan_names_the_front_ends_ingest(tmp_path):
     """Tail term `front-end ingest` is in every plan's notes, with the measured figures."""
     from llmbench.plan.ingest import INGEST_COST, INGEST_PARSE_SHARE
 
-    _, text = plan(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
+    text = notes(tmp_path, "--qps", "2", "--model", "llama-3.1-8b", "--gpu", "H100-SXM")
     flat = " ".join(text.split())
     assert (f"front-end ingest (the API server parses every request of a burst before it renders any for the engine: "
             f"{INGEST_COST * 1e3:.2f} ms a request, {INGEST_PARSE_SHARE:.0%} of it parsing)") in flat
