@@ -34,9 +34,9 @@ class LinearStepModel:
         slope = (v[-1] - v[-2]) / (k[-1] - k[-2])
         return v[-1] + slope * (decode_seqs - k[-1])
 
-    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
+    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float | np.ndarray,
                   cached_context: float = 0.0, prefill_seqs: float = 0.0, prefill_pairs: float | None = None
-                  ) -> float:
+                  ) -> float | np.ndarray:
         attended = context_tokens + cached_context + prefill_tokens
         t = (self.decode_cost(decode_seqs) + self.b_prefill * prefill_tokens + self.b_prefill_seq * prefill_seqs
              + self.b_context * attended)

@@ -59,9 +59,9 @@ KNEE_P = 1.0
 
 
 def _elementwise(scalar, array, a, b):
-    """min or max of two figures, elementwise where the first is an array (a stretch of decode steps' contexts); the
+    """min or max of two figures, elementwise where either is an array (a stretch of decode steps' contexts); the
     builtin for plain numbers, which takes a tenth of numpy's time there."""
-    return array(a, b) if isinstance(a, np.ndarray) else scalar(a, b)
+    return array(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else scalar(a, b)
 
 
 def knee(bandwidth_time: float, compute_time: float, p: float = KNEE_P) -> float:
@@ -180,9 +180,9 @@ class RooflineModel:
         m = self.model
         return 2 * (m.active_params - m.embedding_params) * tokens + 2 * m.vocab * m.hidden * samples
 
-    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
+    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float | np.ndarray,
                   cached_context: float = 0.0, prefill_seqs: float = 0.0, prefill_pairs: float | None = None
-                  ) -> float:
+                  ) -> float | np.ndarray:
         """One engine step: `prefill_tokens` new prompt tokens (attending over `cached_context` earlier
         tokens), `decode_seqs` single-token decodes over `context_tokens` of KV in total. `prefill_pairs`:
         the prefills' causal query-key pairs, each prompt's own n·(cached + n/2) summed (None: one prompt).

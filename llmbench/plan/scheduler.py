@@ -25,9 +25,9 @@ from llmbench.plan.sequence import Request
 class StepModel(Protocol):
     """A step's seconds; for decode-only steps (prefill_tokens 0) context_tokens may be an array, one step each."""
 
-    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float,
+    def step_time(self, prefill_tokens: float, decode_seqs: float, context_tokens: float | np.ndarray,
                   cached_context: float = 0.0, prefill_seqs: float = 0.0, prefill_pairs: float | None = None
-                  ) -> float: ...
+                  ) -> float | np.ndarray: ...
 
 
 class Scheduler(KVPool):
