@@ -22,15 +22,15 @@ SLOWEST_FILES = (  # seconds in a fresh clone on a 2-core AMD EPYC Zen 3 (108 GF
     "test_quantization.py",  # 124
     "test_run_cli.py",  # 110
     "test_spec_decode.py",  # 93
-    "test_plan_inputs.py",  # 90 (138 before its notes were read off 200-request plans)
+    "test_plan_inputs.py",  # 138 there; about half alone since its notes are read off 200-request plans
     "test_saturation.py",  # 83
     "test_locust.py",  # 76
     "test_engine_gate.py",  # 74
     "test_gpu_check.py",  # 72
     "test_day_plan.py",  # 60
-    "test_plan.py",  # 55 (89 before the §9 medians were read from the stored table)
+    "test_plan.py",  # 89 there, of it the §9 rows' 44, now read from the stored table
     "test_cpu_decode_kernel.py",  # 51 (the C++ kernels' first build)
-    "test_plan_validation.py",  # 45
+    "test_plan_validation.py",  # 59 there; the stored-table test 93 -> 39 alone since
     "test_client_faults.py",  # 44
     "test_gate.py",  # 40
     "test_report.py",  # 39

@@ -68,6 +68,18 @@ def test_a_decode_stretch_is_timed_as_its_steps_one_by_one(model, gpu, tp, knobs
             assert np.array_equal(roof.step_time(0, batch, contexts), one_by_one), (engine, batch)
 
 
+def test_a_fitted_step_model_times_a_decode_stretch_as_its_steps_one_by_one():
+    """The bundled engine's fitted step model (what `plan --results` and the self-check simulate with) takes the
+    fast path's array of contexts too, with the very figures of one call a step."""
+    from llmbench.plan.fit import LinearStepModel
+
+    fitted = LinearStepModel((0, 1, 4, 16), (2e-3, 3e-3, 4.5e-3, 9e-3), 1e-5, 2e-4, 3e-8, scale=1.1)
+    for batch in (1, 7, 40):  # inside the knots and past the last
+        contexts = 300 * batch + batch * np.arange(200)
+        assert np.array_equal(fitted.step_time(0, batch, contexts), [fitted.step_time(0, batch, int(c))
+                                                                     for c in contexts]), batch
+
+
 class _PrefillClock:
     """A step costs 1 ms per prefill token and 10 ms per decode step."""
 
