@@ -27,6 +27,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
                    "Another tool's results too (vLLM, SGLang, guidellm, AIPerf, inference-perf).")
 @click.option("--measured-gpu", help="The GPU the --results sweep ran on, to predict another --gpu (default: --gpu).")
 @click.option("--measured-tp", type=click.IntRange(1), help="The sweep's tensor-parallel size (default: --tp).")
+@click.option("--calibration-rates", type=click.IntRange(1), default=2, show_default=True,
+              help="Calibrate on this many of the --results sweep's lowest unsaturated rates (more: more "
+                   "decode-only steps to read the cost per sequence from, over a wider range of batches).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),
@@ -122,6 +125,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
             measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
+            calibration_rates=o["calibration_rates"],
             weight_dtype=o["weight_dtype"] or measured.get("weight_dtype"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
             num_requests=o["num_prompts"],

@@ -2,6 +2,7 @@
 rate taken together, and benchmarks/foreign_calibration.py's replay of the rates it predicts."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -441,3 +442,29 @@ def test_a_calibrated_plan_far_above_the_sweeps_load_says_its_speed_is_extrapola
     assert r.exit_code == 0, r.output
     notes = json.loads((out / "plan.json").read_text())["estimates"]
     assert not any("extrapolates" in n for n in notes), notes
+
+
+def test_plan_calibrates_on_as_many_of_the_sweeps_lowest_rates_as_asked(tmp_path):
+    """`--calibration-rates N`: the fit takes the sweep's N lowest unsaturated rates (default 2; stop 80's registered
+    round kept it, benchmarks/README.md); a saturated rate is never one of them, and a count below one is refused by
+    name."""
+    from llmbench.results import RunFiles, write_result
+
+    setup, work, rng = _catalog_setup()
+    _simulated_sweep(tmp_path, setup.model.scaled(1.5), setup, work, rng, rates=(1, 2, 3, 4), n=40)
+    for rate in (1, 2, 3, 4):  # what a sweep's results hold beside its records, for the measured capacity
+        write_result(RunFiles(tmp_path, f"rate-{rate}"), {"request_rate": rate, "completed": 40, "achieved_rate": rate,
+                                                          "output_throughput": 100.0 * rate,
+                                                          "saturated": "queue grew" if rate == 2 else None})
+
+    def calibrated_on(*flags: str) -> str:
+        r = CliRunner().invoke(main, ["plan", "--results", str(tmp_path), "--at-rate", "2", "--model", "llama-3.1-8b",
+                                      "--gpu", "A100-80GB", "--no-search", "--num-prompts", "80", *flags])
+        assert r.exit_code == 0, r.output
+        return re.search(r"calibrated on [^:]*", json.loads((tmp_path / "plan.json").read_text())["setup"]["step_model"])[0]
+
+    assert calibrated_on() == "calibrated on rate-1, rate-3"
+    assert calibrated_on("--calibration-rates", "3") == "calibrated on rate-1, rate-3, rate-4"
+    assert calibrated_on("--calibration-rates", "1") == "calibrated on rate-1"
+    r = CliRunner().invoke(main, ["plan", "--results", str(tmp_path), "--at-rate", "2", "--calibration-rates", "0"])
+    assert r.exit_code == 2 and "--calibration-rates" in r.output

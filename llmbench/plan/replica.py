@@ -140,7 +140,7 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     measured = _with_server_pool(catalog_replica(measured_req, work), Path(req.results))
     rep = catalog_replica(req, work) if (req.measured_gpu or req.measured_tp) else measured
     try:
-        cal = calibrate(req.results, measured.setup.model, measured.setup.shape)
+        cal = calibrate(req.results, measured.setup.model, measured.setup.shape, rates=req.calibration_rates)
     except ValueError as err:
         rep.notes.append(f"not calibrated: {err}")
         return rep
