@@ -289,6 +289,12 @@ def print_plan(plan: dict) -> None:
         asked = "as --num-prompts asked" if plan["setup"].get("exact_requests") else \
             "enough for a steady state; --num-prompts N simulates a run of N"
         console.print(f"simulated: {point['simulated_requests']:,} requests ({asked})", highlight=False)
+    if point.get("p99_draws"):
+        draws = point["p99_draws"]
+        (t_low, t_high), (p_low, p_high) = draws["ttft"], draws["tpot"]
+        console.print(f"from one draw of the requests to another: P99 TTFT {t_low:,.0f}-{t_high:,.0f} ms, P99 TPOT "
+                      f"{p_low:,.1f}-{p_high:,.1f} ms (the figures above: their mean over {draws['draws']} draws; a "
+                      "measured run is one draw)", highlight=False)
     console.print(f"step model: {plan['setup']['step_model']}", highlight=False)
     console.print(f"workload: {plan['setup']['workload']}", highlight=False)
     for note in plan.get("estimates", []):

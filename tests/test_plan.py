@@ -369,6 +369,23 @@ def test_each_question_has_its_answer(tmp_path):
         assert r.exit_code == 2 and "one question at a time" in r.output, both
 
 
+def test_a_short_runs_p99s_come_with_their_spread_from_one_draw_to_another(tmp_path):
+    """A run of few requests: each P99 is the mean of three draws of the requests, and the plan prints and keeps the
+    lowest and highest draw's, since a measured run is one draw (a 150-request loop's P99 TPOT read 134-345 ms over
+    six draws of one server's lengths)."""
+    out = tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["plan", "--concurrency", "16", "--num-prompts", "48", "--model", "qwen2.5-7b",
+                                  "--gpu", "L40S", "--input-len", "512", "--output-len", "64", "--range-ratio", "0.9",
+                                  "--no-search", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    point = json.loads(out.read_text())["simulated"]["point"]
+    assert point["p99_draws"]["draws"] == 3
+    for metric in ("ttft", "tpot"):
+        low, high = point["p99_draws"][metric]
+        assert low < high and low <= point[f"p99_{metric}_ms"] <= high
+    assert "from one draw of the requests to another: P99 TTFT" in r.output
+
+
 def test_tensor_parallel_over_pcie_pays_per_collective():
     """The same TP2 step costs more over PCIe than over NVLink, most of all for a prefill chunk."""
     m = models.model("qwen2.5-7b")
