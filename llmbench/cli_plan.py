@@ -27,8 +27,8 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
                    "Another tool's results too (vLLM, SGLang, guidellm, AIPerf, inference-perf).")
 @click.option("--measured-gpu", help="The GPU the --results sweep ran on, to predict another --gpu (default: --gpu).")
 @click.option("--measured-tp", type=click.IntRange(1), help="The sweep's tensor-parallel size (default: --tp).")
-@click.option("--calibration-rates", type=click.IntRange(1), default=2, show_default=True,
-              help="Calibrate on this many of the --results sweep's lowest unsaturated rates (more: more "
+@click.option("--calibration-rates", type=click.IntRange(1),
+              help="Calibrate on this many of the --results sweep's lowest unsaturated rates (default 2; more: more "
                    "decode-only steps to read the cost per sequence from, over a wider range of batches).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
@@ -104,6 +104,8 @@ def plan_command(ctx: click.Context, **o) -> None:
     if o["results"] is None:
         o["dataset"] = cli_options.dataset_choice(o)
         dataset_opts = cli_options.dataset_options(o, scenario_options)
+    if o["calibration_rates"] is not None and not o["results"]:
+        raise click.UsageError("--calibration-rates picks the rates of a measured sweep to calibrate on: give --results")
     results = _readable(Path(o["results"])) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
@@ -125,7 +127,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             slo=slo, workload=work, qps=o["qps"], concurrency=o["concurrency"], max_throughput=o["max_throughput"],
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
             measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
-            calibration_rates=o["calibration_rates"],
+            calibration_rates=o["calibration_rates"] or PlanRequest.calibration_rates,
             weight_dtype=o["weight_dtype"] or measured.get("weight_dtype"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
             num_requests=o["num_prompts"],

@@ -468,3 +468,5 @@ def test_plan_calibrates_on_as_many_of_the_sweeps_lowest_rates_as_asked(tmp_path
     assert calibrated_on("--calibration-rates", "1") == "calibrated on rate-1"
     r = CliRunner().invoke(main, ["plan", "--results", str(tmp_path), "--at-rate", "2", "--calibration-rates", "0"])
     assert r.exit_code == 2 and "--calibration-rates" in r.output
+    r = CliRunner().invoke(main, ["plan", "--at-rate", "2", "--calibration-rates", "3"])
+    assert r.exit_code == 2 and "give --results" in r.output, r.output

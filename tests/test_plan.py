@@ -371,8 +371,8 @@ def test_each_question_has_its_answer(tmp_path):
 
 def test_a_short_runs_p99s_come_with_their_spread_from_one_draw_to_another(tmp_path):
     """A run of few requests: each P99 is the mean of three draws of the requests, and the plan prints and keeps the
-    lowest and highest draw's, since a measured run is one draw (a 150-request loop's P99 TPOT read 134-345 ms over
-    six draws of one server's lengths)."""
+    lowest and highest draw's, since a measured run is one draw (one calibrated model's P99 TPOT of a 150-request
+    loop ran 134-345 ms over six draws of one vLLM-CPU sweep's requests)."""
     out = tmp_path / "p.json"
     r = CliRunner().invoke(main, ["plan", "--concurrency", "16", "--num-prompts", "48", "--model", "qwen2.5-7b",
                                   "--gpu", "L40S", "--input-len", "512", "--output-len", "64", "--range-ratio", "0.9",

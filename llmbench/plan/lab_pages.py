@@ -15,10 +15,10 @@ joined by the same rule once GLM-4.5's layout entered the catalog, before the pl
 
 The throughput pages send every request at once (`vllm bench serve`, rate inf); the latency page and each
 page's "concurrency 4" block are closed loops. A100 is the 80 GB card (the Qwen3-14B page omits the size; the
-lab's other A100 pages state it); the H100s and H200s are SXM cards, as each page's Hardware section states. ShareGPT runs are rescaled to their own token totals. Each case keeps its command's
---max-model-len (0: vLLM's default, the model's context) as `served_len`: the run started, so vLLM's pool held one
-request that long (tail term `published start`, published.py). The runs are in
-data/gpustack_lab.json, as the pages print them.
+lab's other A100 pages state it); the H100s and H200s are SXM cards, as each page's Hardware section states.
+ShareGPT runs are rescaled to their own token totals. Each case keeps its command's --max-model-len (0: vLLM's
+default, the model's context) as `served_len`: the run started, so vLLM's pool held one request that long (tail
+term `published start`, published.py). The runs are in data/gpustack_lab.json, as the pages print them.
 """
 
 from __future__ import annotations

@@ -50,8 +50,9 @@ MIN_SECONDS, MAX_REQUESTS = 30.0, 4000
 def _merge(results: list[SimResult], slo: SLO | None) -> dict:
     """Each figure averaged over the draws of requests (seeds); `p99_draws` keeps the P99s' lowest and highest
     draw, because a short run's P99 rests on a few requests: a 150-request loop's P99 TPOT is set by the shortest
-    outputs among the first requests sent at once, and read 134-345 ms over six draws of one server's lengths
-    (benchmarks/README.md, stop 80). A measured run is one draw."""
+    outputs among the first requests sent at once; one calibrated model gave 134-345 ms on six draws of one
+    vLLM-CPU sweep's requests, 90 ms on the measured loop's own (benchmarks/README.md, stop 80). A measured run is
+    one draw."""
     summaries = [r.summary() for r in results]
     merged = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]}
     if len(summaries) > 1:
