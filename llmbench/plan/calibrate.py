@@ -131,7 +131,7 @@ def timed(ok: pd.DataFrame) -> pd.DataFrame:
     return ok[~ok["in_client_stall"]] if "in_client_stall" in ok else ok
 
 
-def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int = 2,
+def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int,
               per_sequence: bool = True) -> Calibration:
     """`per_sequence`: fit the cost per sequence in a step, from the decode-only steps' token gaps or where the
     higher rate's TPOT rises (False: one scale on the pooled median TPOT, as before that term)."""
