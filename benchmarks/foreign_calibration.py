@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from llmbench.machine import describe_machine  # noqa: E402
 from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
+from llmbench.plan.request_spread import RequestSpread  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results, sent_times  # noqa: E402
 from llmbench.results import RunFiles, load_records, load_results, runs_by_rate  # noqa: E402
@@ -54,16 +55,18 @@ def _figures(ttft: np.ndarray, tpot: np.ndarray) -> dict:
             "median_tpot_ms": np.percentile(tpot, 50) * 1000, "p99_tpot_ms": np.percentile(tpot, 99) * 1000}
 
 
-def _replay(ok, model, shape, concurrency: int | None = None) -> dict:
+def _replay(ok, model, shape, concurrency: int | None = None, spread: RequestSpread | None = None) -> dict:
     """The runs' own requests through the simulator, each run (`label`) on its own: an open loop at its own
-    arrival times, a closed loop (`concurrency`) in the order it sent them; the runs' requests pooled."""
+    arrival times, a closed loop (`concurrency`) in the order it sent them; the runs' requests pooled. With a
+    `spread` (the calibration's tail term `request spread`) each run's requests carry it, as a plan's do."""
     results = []
     for _, run in ok.groupby("label", sort=False):
         if concurrency:
             run = run.sort_values(["start", "index"])
         arrivals = None if concurrency else sent_times(run)
-        results.append(simulate(arrivals, run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(), model,
-                                shape, concurrency=concurrency))
+        res = simulate(arrivals, run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(), model, shape,
+                       concurrency=concurrency)
+        results.append(spread.apply(res, len(results)) if spread is not None else res)
     return _figures(np.concatenate([r.ttft for r in results]), np.concatenate([r.tpot for r in results]))
 
 
@@ -116,8 +119,10 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
               help="FOLDER:label,... of --max-concurrency runs (pooled).")
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence a step (decode-only token gaps, else the top rate; off: one scale).")
+@click.option("--request-spread/--no-request-spread", default=True, show_default=True,
+              help="Replays carry the calibration's request-to-request spread (tail term `request spread`).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
-         concurrency_on: str | None, per_sequence: bool) -> None:
+         concurrency_on: str | None, per_sequence: bool, request_spread: bool) -> None:
     if model is None:
         from bundled.modelbuild import build_model
 
@@ -131,6 +136,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=rates, per_sequence=per_sequence)
     sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
+    spread = cal.spread if request_spread else None
     print(f"machine: {describe_machine()}; {cal.describe()}")
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))
     errors = {k: [] for k in KEYS}
@@ -141,7 +147,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         results = {r["label"]: r for r in load_results(where)}
         for label, runs in _by_rate(results, names).items():
             ok = _measured(where, runs)
-            real, sim = _real(ok), _replay(ok, sim_model, shape)
+            real, sim = _real(ok), _replay(ok, sim_model, shape, spread=spread)
             measured_by_rate.setdefault(float(results[label]["request_rate"]), []).append(real)
             for k in KEYS:
                 errors[k].append(abs((sim[k] - real[k]) / real[k]))
@@ -152,7 +158,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         where, names = _split(concurrency_on)
         result = {r["label"]: r for r in load_results(where)}[names[0]]
         ok = _measured(where, names)
-        real, sim = _real(ok), _replay(ok, sim_model, shape, int(result["max_concurrency"]))
+        real, sim = _real(ok), _replay(ok, sim_model, shape, int(result["max_concurrency"]), spread)
         print(_row(_name(where, names[0], names), real, sim, _spread(ok), tally))
         _blocks(ok)
         _stalls([r for r in load_results(where) if r["label"] in names])

@@ -30,6 +30,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
 @click.option("--calibration-rates", type=click.IntRange(1),
               help="Calibrate on this many of the --results sweep's lowest unsaturated rates (default 2; more: more "
                    "decode-only steps to read the cost per sequence from, over a wider range of batches).")
+@click.option("--request-spread/--no-request-spread", default=None,
+              help="Keep the measured server's request-to-request spread around the calibrated replay in the "
+                   "percentiles (default on with --results; off: the deterministic replay's).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),
@@ -106,6 +109,8 @@ def plan_command(ctx: click.Context, **o) -> None:
         dataset_opts = cli_options.dataset_options(o, scenario_options)
     if o["calibration_rates"] is not None and not o["results"]:
         raise click.UsageError("--calibration-rates picks the rates of a measured sweep to calibrate on: give --results")
+    if o["request_spread"] is not None and not o["results"]:
+        raise click.UsageError("--request-spread is the spread a calibration measures on a sweep: give --results")
     results = _readable(Path(o["results"])) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
@@ -128,6 +133,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             at_rate=o["at_rate"], results=results, gpu=o["gpu"], gpu_spec=o["gpu_spec"], model=o["model"],
             measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
             calibration_rates=o["calibration_rates"] or PlanRequest.calibration_rates,
+            request_spread=PlanRequest.request_spread if o["request_spread"] is None else o["request_spread"],
             weight_dtype=o["weight_dtype"] or measured.get("weight_dtype"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
             num_requests=o["num_prompts"],

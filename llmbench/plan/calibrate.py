@@ -26,6 +26,7 @@ import pandas as pd
 from llmbench.client_stalls import waited
 from llmbench.plan.decode_gaps import DecodeCurve, decode_curve
 from llmbench.plan.engine_shape import EngineShape
+from llmbench.plan.request_spread import RequestSpread
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.simulator import simulate
 from llmbench.plan.workload import sent_times
@@ -46,6 +47,7 @@ class Calibration:
     seq_overhead: float = 0.0  # seconds per sequence in a step beyond the engine profile's (0: not fitted)
     in_client_stalls: int = 0  # requests replayed but not fitted on: the client's own wait moved their timings
     decode_gaps: int = 0  # token gaps of decode-only steps `seq_overhead` was read from (0: from two rates' TPOT)
+    spread: RequestSpread | None = None  # tail term `request spread`: what the fitted replay misses per request
 
     @property
     def misfit(self) -> float:
@@ -69,6 +71,7 @@ class Calibration:
                 + ("; on its own runs the fit is off by " + ", ".join(
                     f"{label} TPOT {tpot:+.0%} TTFT {ttft:+.0%}" for label, tpot, ttft in self.residuals)
                    if len(self.residuals) > 1 else "")
+                + (f"; {self.spread.describe()}" if self.spread is not None else "")
                 + (f"; {self.in_client_stalls} request(s) whose TTFT or TPOT the client's own stalls moved "
                    "replayed, not fitted on" if self.in_client_stalls else ""))
 
@@ -211,7 +214,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int,
                                                                         strict=True)):
             break
     model = _fitted(roof, scale, prefill, per_seq)
-    fitted = [[res for _, res in replay(model, [run])] for run in runs]  # per rate, its runs
+    pairs = [list(replay(model, [run])) for run in runs]  # per rate, its runs: (measured, replayed)
+    fitted = [[res for _, res in rate] for rate in pairs]
     sim_tpot = float(np.median(np.concatenate([r.tpot for rate in fitted for r in rate])))
     sim_ttft = float(np.median(np.concatenate([r.ttft for rate in fitted for r in rate])))
     measured_ttft = float(np.median(np.concatenate([timed(ok)["ttft"].to_numpy() for _, ok in runs])))
@@ -219,9 +223,15 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int,
     residuals = tuple((label, float(np.median(np.concatenate([r.tpot for r in rate])) / ok["tpot"].median() - 1),
                        float((np.median(np.concatenate([r.ttft for r in rate])) + overhead) / ok["ttft"].median() - 1))
                       for (label, ok), rate in zip(((label, timed(ok)) for label, ok in runs), fitted, strict=True))
+    both = [pair for rate in pairs for pair in rate]
+    spread = RequestSpread.from_replay(
+        np.concatenate([ok["ttft"].to_numpy(dtype=float) for ok, _ in both]),
+        np.concatenate([res.ttft for _, res in both]) + overhead,
+        np.concatenate([ok["tpot"].to_numpy(dtype=float)[res.multi_token] for ok, res in both]),
+        np.concatenate([res.tpot for _, res in both]))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
                        prefill, residuals, per_seq, sum(int(ok["in_client_stall"].sum()) for _, ok in runs),
-                       curve.gaps if curve is not None else 0)
+                       curve.gaps if curve is not None else 0, spread)
 
 
 def _curve(folder: Path, runs: list) -> DecodeCurve | None:

