@@ -119,7 +119,7 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
               help="FOLDER:label,... of --max-concurrency runs (pooled).")
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence a step (decode-only token gaps, else the top rate; off: one scale).")
-@click.option("--request-spread/--no-request-spread", default=True, show_default=True,
+@click.option("--request-spread/--no-request-spread", default=False, show_default=True,
               help="Replays carry the calibration's request-to-request spread (tail term `request spread`).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
          concurrency_on: str | None, per_sequence: bool, request_spread: bool) -> None:
@@ -137,7 +137,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
     spread = cal.spread if request_spread else None
-    print(f"machine: {describe_machine()}; {cal.describe()}")
+    print(f"machine: {describe_machine()}; {cal.describe()}" + (f"; {spread.describe()}" if spread else ""))
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))
     errors = {k: [] for k in KEYS}
     tally: list[tuple[bool, bool]] = []

@@ -71,7 +71,6 @@ class Calibration:
                 + ("; on its own runs the fit is off by " + ", ".join(
                     f"{label} TPOT {tpot:+.0%} TTFT {ttft:+.0%}" for label, tpot, ttft in self.residuals)
                    if len(self.residuals) > 1 else "")
-                + (f"; {self.spread.describe()}" if self.spread is not None else "")
                 + (f"; {self.in_client_stalls} request(s) whose TTFT or TPOT the client's own stalls moved "
                    "replayed, not fitted on" if self.in_client_stalls else ""))
 

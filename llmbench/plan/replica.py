@@ -149,7 +149,7 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     rep.setup = replace(rep.setup, model=model, shape=shape, spread=cal.spread if req.request_spread else None)
     rep.calibrated_in_flight = _in_flight(Path(req.results))
     on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"
-    rep.how += f"; {cal.describe()} on {on}"
+    rep.how += f"; {cal.describe()} on {on}" + (f"; {rep.setup.spread.describe()}" if rep.setup.spread else "")
     rep.label = "simulated (calibrated)"
     if cal.far:
         rep.notes.append(f"the sweep's server took x{cal.scale:.3g} the GPU time the priors give {on}: far from "
