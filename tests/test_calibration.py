@@ -512,15 +512,15 @@ def test_a_replay_keeps_the_servers_request_to_request_spread_in_its_p99s(tmp_pa
         assert spread_on[f"median_{metric}_ms"] == pytest.approx(plain[f"median_{metric}_ms"], rel=0.03)
     assert spread_on["request_throughput"] == plain["request_throughput"]
     assert spread_on["output_throughput"] == plain["output_throughput"]
-    _simulated_sweep(tmp_path / "sweep", truth, setup, work, rng, rates=(1, 3), n=100, spread=0.3)
+    _simulated_sweep(tmp_path / "sweep", truth, setup, work, rng, rates=(1, 3), n=60, spread=0.3)
     for rate in (1, 3):  # what a sweep's results hold beside its records, for the measured capacity
-        write_result(RunFiles(tmp_path / "sweep", f"rate-{rate}"), {"request_rate": rate, "completed": 100,
+        write_result(RunFiles(tmp_path / "sweep", f"rate-{rate}"), {"request_rate": rate, "completed": 60,
                                                                    "achieved_rate": rate, "saturated": None,
                                                                    "output_throughput": 100.0 * rate})
 
     def p99_ttft(*flags: str) -> tuple[float, str]:
         r = CliRunner().invoke(main, ["plan", "--results", str(tmp_path / "sweep"), "--at-rate", "2", "--model",
-                                      "llama-3.1-8b", "--gpu", "A100-80GB", "--no-search", "--num-prompts", "300",
+                                      "llama-3.1-8b", "--gpu", "A100-80GB", "--no-search", "--num-prompts", "200",
                                       *flags])
         assert r.exit_code == 0, r.output
         plan = json.loads((tmp_path / "sweep" / "plan.json").read_text())

@@ -446,6 +446,10 @@ def test_validate_prints_the_halves_apart(tmp_path):
     assert "by source, tuning D, latency: 5 figures" in r.output and "by source, tuning E, memory: 12 figures" in r.output
     rows = json.loads(out.read_text())
     assert {row["row"] for row in rows} == {"D", "E"} and not any(row["held_out"] for row in rows)
+    shared = tmp_path / "shared.json"  # the cases shared out over processes: the same rows in the same order
+    r = CliRunner().invoke(main, ["plan", "validate", "--row", "D", "--row", "E", "--json", str(shared), "--jobs", "2"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(shared.read_text()) == rows
 
 
 def test_steady_state_measures_after_the_warm_up():
