@@ -222,10 +222,16 @@ def validate_command(row: tuple[str, ...], json_out: str | None, jobs: int | Non
              if not row or c.row in row]
     console = terminal()  # wide when piped: a case and its band stay on one line
     jobs = min(jobs or os.cpu_count() or 1, max(len(cases), 1))
-    with ProcessPoolExecutor(jobs) if jobs > 1 else _InProcess() as pool:
-        done = pool.map(validate, [[case] for case in cases])
-        rows = [r for case_rows in track(done, total=len(cases), description=f"simulating ({jobs} at once)",
+
+    def simulated(done) -> list[dict]:
+        return [r for case_rows in track(done, total=len(cases), description=f"simulating ({jobs} at once)",
                                          console=console, transient=True) for r in case_rows]
+
+    if jobs == 1:
+        rows = simulated(map(validate, [[case] for case in cases]))
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            rows = simulated(pool.map(validate, [[case] for case in cases]))
     table = Table(title="llmbench plan validate — tuning sources (A-E, M4, M5, I) and held-out sources (H, V, G, L)")
     for col in ("case", "metric", "published", "predicted", "error", "band"):
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")
@@ -245,19 +251,6 @@ def validate_command(row: tuple[str, ...], json_out: str | None, jobs: int | Non
                       f"{s['figures']} figures; median |error| {s['median_abs']:.1%} (signed {s['median']:+.1%})")
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=2))
-
-
-class _InProcess:
-    """`ProcessPoolExecutor`'s map in this process (`--jobs 1`), lazily as the progress bar asks."""
-
-    def __enter__(self) -> _InProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def map(self, fn, items):
-        return map(fn, items)
 
 
 def measured_dtypes(folder: Path) -> dict[str, str]:
