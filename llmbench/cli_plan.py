@@ -227,11 +227,12 @@ def validate_command(row: tuple[str, ...], json_out: str | None, jobs: int | Non
         return [r for case_rows in track(done, total=len(cases), description=f"simulating ({jobs} at once)",
                                          console=console, transient=True) for r in case_rows]
 
+    each = [[case] for case in cases]
     if jobs == 1:
-        rows = simulated(map(validate, [[case] for case in cases]))
+        rows = simulated(map(validate, each))
     else:
         with ProcessPoolExecutor(jobs) as pool:
-            rows = simulated(pool.map(validate, [[case] for case in cases]))
+            rows = simulated(pool.map(validate, each))
     table = Table(title="llmbench plan validate — tuning sources (A-E, M4, M5, I) and held-out sources (H, V, G, L)")
     for col in ("case", "metric", "published", "predicted", "error", "band"):
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")

@@ -28,7 +28,7 @@ class SimSetup:
     warm_up: int = 0  # requests sent before those measured at a rate, left out of its figures (tail term `steady state`)
     batcher: HarnessBatcher | None = None  # a load harness between the arrivals and `replicas` replicas
     replicas: int = 1
-    spread: RequestSpread | None = None  # tail term `request spread` (a calibrated replica's): in every percentile
+    spread: RequestSpread | None = None  # tail term `request spread` (a calibrated replica's, when asked for)
 
     def count(self, rate: float | None = None, concurrency: int | None = None) -> int:
         """Requests to simulate: the number asked for, else enough for a steady state (a queue needs time to
