@@ -83,7 +83,8 @@ def test_the_limit_is_the_last_row_count_before_the_kernel_first_loses(monkeypat
     monkeypatch.setattr(kernel_timing, "_one_call", _clock(gemv, own))
     model = nn.Sequential(nn.Linear(32, 96, bias=False), nn.Linear(96, 32, bias=False))
     why = pack_model(model, few_rows="auto")
-    assert "steps of <= 8 rows: C++ GEMV" in why and "0.50 / 0.50 / 0.60 / 0.90 / 1.10" in why
+    assert "steps of <= 8 rows: C++ GEMV" in why and "0.50 / 0.50 / 0.60 / 0.90 / 1.10x" in why
+    assert "at 1 / 2 / 4 / 8 / 16 rows" in why  # no count above the first loss is timed
     assert all(isinstance(layer, GemvLinear) and layer.rows == 8 for layer in model)
 
     model = nn.Sequential(nn.Linear(32, 96, bias=False), nn.Linear(96, 32, bias=False))

@@ -6,7 +6,8 @@ reading them. oneDNN's packed GEMM read the small model's bf16 weights at ~13 GB
 reads ~32 GB/s; a layout read in order streams them at ~30 GB/s (benchmarks/README.md). The layout is a second
 copy of each weight, so it is made only where the linear weights are a small share of the machine's memory, and
 only where it wins: timed against the layer's own path at 1, 2, 4, ... rows, it takes the rows up to the first
-count where it loses.
+count where it loses, and times no larger count (they cost the most and decide nothing: 9 of the 11 s it took to
+load the small model on a 2-core Zen 3).
 """
 
 from __future__ import annotations
@@ -92,16 +93,16 @@ def _time_rows(layers: list[tuple[nn.Module, nn.Linear]], dtype: torch.dtype, de
     def own_step(x: torch.Tensor) -> torch.Tensor:
         return [own(inputs[len(x)][linear.in_features]) for _, own, linear in probes][-1]
 
+    limit, ratios = 0, []
     with torch.inference_mode():
-        _, ratios = time_ratios(gemv_step, own_step, [torch.empty(rows, 0, device=device) for rows in ROWS])
-    limit = 0
-    for rows, ratio in zip(ROWS, ratios, strict=True):
-        if ratio >= 1:
-            break
-        limit = rows
+        for rows in ROWS:  # in order, up to the first loss: the larger counts cost the most and decide nothing
+            ratios += time_ratios(gemv_step, own_step, [torch.empty(rows, 0, device=device)])[1]
+            if ratios[-1] >= 1:
+                break
+            limit = rows
     dtype_name = str(dtype).removeprefix("torch.")
     return limit, (f"C++ GEMV takes {' / '.join(f'{r:.2f}' for r in ratios)}x their time at "
-                   f"{' / '.join(map(str, ROWS))} rows over the {len(layers)} layers, {dtype_name}")
+                   f"{' / '.join(map(str, ROWS[:len(ratios)]))} rows over the {len(layers)} layers, {dtype_name}")
 
 
 def choose_rows(layers: list[tuple[nn.Module, nn.Linear]], mode: str) -> tuple[int, str]:
