@@ -89,6 +89,17 @@ def fake_quant(w: torch.Tensor, group: int) -> torch.Tensor:
     return (q.float() - z.repeat_interleave(group, 1)) * s.repeat_interleave(group, 1)
 
 
+def _output_error(x: torch.Tensor):
+    """mean((x @ d.T)^2) for a weight error d [N, K], the AWQ search's loss. With fewer input columns than rows,
+    from the Gram matrix x.T @ x made once: sum((d @ G) * d) costs N K^2 a grid step against x's M K N (the
+    default calibration keeps 4,096 rows of 512-2,048 columns)."""
+    rows, cols = x.shape
+    if cols >= rows:
+        return lambda d: float(((x @ d.T) ** 2).mean())
+    gram = x.T @ x
+    return lambda d: float(((d @ gram) * d).sum()) / (rows * d.shape[0])
+
+
 @torch.no_grad()
 def awq_scale(model, inputs: dict[str, torch.Tensor], group: int, grid: int = 20) -> None:
     """Search and apply AWQ scales in place."""
@@ -100,13 +111,13 @@ def awq_scale(model, inputs: dict[str, torch.Tensor], group: int, grid: int = 20
                 continue  # v_proj -> o_proj under GQA: 1/s cannot be folded into v_proj
             x = inputs[f"{i}.{names[0]}"]
             w = torch.cat([lin.weight.float() for lin in linears])
-            y = x @ w.T
+            output_error = _output_error(x)
             x_mean = x.abs().mean(dim=0)
             best, best_loss = None, math.inf
             for step in range(grid):
                 s = x_mean.pow(step / grid).clamp_min(1e-4)
                 s = s / (s.max() * s.min()).sqrt()
-                loss = float(((x @ (fake_quant(w * s, group) / s).T - y) ** 2).mean())
+                loss = output_error(fake_quant(w * s, group) / s - w)
                 if loss < best_loss:
                     best, best_loss = s, loss
             for lin in linears:
