@@ -58,7 +58,7 @@ def _figures(ttft: np.ndarray, tpot: np.ndarray) -> dict:
 def _replay(ok, model, shape, concurrency: int | None = None, spread: RequestSpread | None = None) -> dict:
     """The runs' own requests through the simulator, each run (`label`) on its own: an open loop at its own
     arrival times, a closed loop (`concurrency`) in the order it sent them; the runs' requests pooled. With a
-    `spread` (the calibration's tail term `request spread`) each run's requests carry it, as a plan's do."""
+    `spread` (the calibration's tail term `request spread`) an open loop's requests carry it, as a plan's do."""
     results = []
     for _, run in ok.groupby("label", sort=False):
         if concurrency:
@@ -66,7 +66,7 @@ def _replay(ok, model, shape, concurrency: int | None = None, spread: RequestSpr
         arrivals = None if concurrency else sent_times(run)
         res = simulate(arrivals, run["prompt_len"].to_numpy(), run["output_tokens"].to_numpy(), model, shape,
                        concurrency=concurrency)
-        results.append(spread.apply(res, len(results)) if spread is not None else res)
+        results.append(spread.apply(res, len(results)) if spread is not None and not concurrency else res)
     return _figures(np.concatenate([r.ttft for r in results]), np.concatenate([r.tpot for r in results]))
 
 
@@ -120,7 +120,8 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence a step (decode-only token gaps, else the top rate; off: one scale).")
 @click.option("--request-spread/--no-request-spread", default=False, show_default=True,
-              help="Replays carry the calibration's request-to-request spread (tail term `request spread`).")
+              help="Open-loop replays carry the calibration's request-to-request spread (tail term `request "
+                   "spread`).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
          concurrency_on: str | None, per_sequence: bool, request_spread: bool) -> None:
     if model is None:

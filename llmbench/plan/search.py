@@ -28,7 +28,7 @@ class SimSetup:
     warm_up: int = 0  # requests sent before those measured at a rate, left out of its figures (tail term `steady state`)
     batcher: HarnessBatcher | None = None  # a load harness between the arrivals and `replicas` replicas
     replicas: int = 1
-    spread: RequestSpread | None = None  # tail term `request spread` (a calibrated replica's, when asked for)
+    spread: RequestSpread | None = None  # tail term `request spread` (a calibrated replica's, when asked for): open loops
 
     def count(self, rate: float | None = None, concurrency: int | None = None) -> int:
         """Requests to simulate: the number asked for, else enough for a steady state (a queue needs time to
@@ -103,14 +103,14 @@ def at_concurrency(setup: SimSetup, concurrency: int, slo: SLO | None = None) ->
         prompts, outputs = setup.work.sample(n + warm, np.random.default_rng(seed))
         res = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=concurrency)
         results.append(res.without_first(warm))
-    return _merge(results, slo, setup.spread) | {"concurrency": concurrency, "simulated_requests": n}
+    return _merge(results, slo) | {"concurrency": concurrency, "simulated_requests": n}
 
 
 def max_throughput(setup: SimSetup, requests: int | None = None) -> dict:
     """Every request sent at once (vLLM's rate=inf, trtllm-bench): includes the drain tail."""
     n = requests or setup.count()
     prompts, outputs = setup.work.sample(n, np.random.default_rng(setup.seeds[0]))
-    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None, setup.spread) | {
+    return _merge([simulate(np.zeros(n), prompts, outputs, setup.model, setup.shape)], None) | {
         "simulated_requests": n}
 
 
