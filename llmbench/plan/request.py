@@ -38,7 +38,7 @@ class PlanRequest:
     measured_tp: int | None = None
     calibration_rates: int = 2  # the --results sweep's lowest unsaturated rates the model is calibrated on
     request_spread: bool = False  # tail term `request spread` (request_spread.py) in a calibrated plan's percentiles;
-    # off: stop 81's registered round (Z9, benchmarks/README.md) put it at 12 of 16 figures within 15 % against 13
+    # off: its registered rounds (Z9, Z10 in benchmarks/README.md) put it at 12 and 14 of 16 within 15 % against 13, 15
     model: str | None = None  # None: DEFAULT_MODEL, or the served model's config.json beside --results
     weight_dtype: str | None = None  # None: the format the model's checkpoint ships (ModelSpec.checkpoint_dtype)
     kv_dtype: str = "bf16"
