@@ -250,14 +250,19 @@ class Scheduler(KVPool):
         before = self.preemptions
         i, bs, cap, limit = 0, self.shape.block_size, self._cap(), self._decode_limit()
         sliding = self.shape.kv_groups[1]
-        while i < min(len(self.running), limit) and budget > 0:  # preemption pops from the end, so index forward
+        end = min(len(self.running), limit)  # this loop runs once per simulated token: no call it can spare
+        while i < end and budget > 0:  # preemption pops from the end, so index forward
             r = self.running[i]
             todo = r.prompt + r.generated - r.computed
-            n = min(cap if 0 < cap < todo else todo, budget)
+            n = cap if 0 < cap < todo else todo
+            if n > budget:
+                n = budget
             # a full-attention request holds no block beyond its tokens, so only a new block makes grow() do anything
             resize = self.blocks_for(r, n) if sliding else -(-(r.computed + n) // bs) > r.blocks
-            if (resize or (sliding and r.reserved)) and not self.grow(r, n):
-                return batch
+            if resize or (sliding and r.reserved):
+                if not self.grow(r, n):
+                    return batch
+                end = min(len(self.running), limit)  # grow() may have preempted from the end
             batch.append((r, n))
             budget -= n
             i += 1

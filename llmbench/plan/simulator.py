@@ -136,7 +136,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
             break
         prefill = decode = context = cached = prefill_seqs = pairs = 0
         for r, n in batch:
-            if n == 1 and r.generated > 0 and r.todo == 1:
+            if n == 1 and r.generated > 0 and r.prompt + r.generated - r.computed == 1:  # r.todo, inlined
                 decode += 1
                 context += r.computed + 1
             else:
