@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -89,7 +90,7 @@ def fake_quant(w: torch.Tensor, group: int) -> torch.Tensor:
     return (q.float() - z.repeat_interleave(group, 1)) * s.repeat_interleave(group, 1)
 
 
-def _output_error(x: torch.Tensor):
+def _output_error(x: torch.Tensor) -> Callable[[torch.Tensor], float]:
     """mean((x @ d.T)^2) for a weight error d [N, K], the AWQ search's loss. With fewer input columns than rows,
     from the Gram matrix x.T @ x made once: sum((d @ G) * d) costs N K^2 a grid step against x's M K N (the
     default calibration keeps 4,096 rows of 512-2,048 columns)."""

@@ -64,7 +64,7 @@ class RequestSpread:
     def describe(self) -> str:
         (t_lo, t_hi), (p_lo, p_hi) = (np.exp(np.percentile(v, [5, 95])) for v in (self.ttft, self.tpot))
         return (f"request spread (the server's tail requests ran x{t_lo:.2f}-x{t_hi:.2f} of the replay's TTFT and "
-                f"x{p_lo:.2f}-x{p_hi:.2f} of its TPOT, 5th-95th percentile; kept in the P90s and P99s)")
+                f"x{p_lo:.2f}-x{p_hi:.2f} of its TPOT, 5th-95th percentile; kept in open loops' P90s and P99s)")
 
 
 def _factors(values: np.ndarray, counted: np.ndarray, spread: tuple[float, ...],
