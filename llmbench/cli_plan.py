@@ -32,8 +32,8 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
                    "decode-only steps to read the cost per sequence from, over a wider range of batches).")
 @click.option("--request-spread/--no-request-spread", default=None,
               help="Keep the measured server's request-to-request spread around the calibrated replay in the P90s "
-                   "and P99s of open-loop questions (--qps, --at-rate; default off: the deterministic replay's; "
-                   "benchmarks/README.md has its registered rounds).")
+                   "and P99s of open-loop questions (--qps, --at-rate, the SLO capacity; default off: the "
+                   "deterministic replay's; benchmarks/README.md has its registered rounds).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),

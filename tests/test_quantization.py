@@ -209,6 +209,18 @@ def test_fp8_kv_scales_come_from_the_checkpoint(tiny_model, tmp_path):
     assert float(attn.k_scale) == pytest.approx(0.05) and float(attn.v_scale) == pytest.approx(0.02)
 
 
+def test_the_awq_loss_is_the_output_error_from_either_side():
+    """The AWQ search's loss mean((x d^T)^2), direct where x has at least as many columns as rows and from the
+    Gram matrix x^T x where it has fewer: the same value either way."""
+    from engine.quant.quantize import _output_error
+
+    g = torch.Generator().manual_seed(4)
+    for rows, cols in ((64, 96), (256, 32)):
+        x = torch.randn(rows, cols, generator=g) * torch.rand(cols, generator=g) * 3
+        d = torch.randn(24, cols, generator=g) * 1e-2
+        assert _output_error(x)(d) == pytest.approx(float(((x @ d.T) ** 2).mean()), rel=1e-5)
+
+
 def test_quality_on_the_small_model(small_model, tmp_path):
     """Perplexity on held-out ShareGPT relative to fp32: bf16 (what --dtype auto takes on an AMX CPU) and int8
     < +1 %, int4 AWQ < +5 % (RTN's rise is in benchmarks/quantization.py). AWQ calibrates on four 256-token
