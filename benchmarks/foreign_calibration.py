@@ -119,11 +119,14 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
               help="FOLDER:label,... of --max-concurrency runs (pooled).")
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence a step (decode-only token gaps, else the top rate; off: one scale).")
+@click.option("--step-jitter/--no-step-jitter", default=False, show_default=True,
+              help="Every replayed step draws a factor from the calibration's decode-only gap spread (tail term "
+                   "`step jitter`).")
 @click.option("--request-spread/--no-request-spread", default=False, show_default=True,
               help="Open-loop replays carry the calibration's request-to-request spread (tail term `request "
                    "spread`).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
-         concurrency_on: str | None, per_sequence: bool, request_spread: bool) -> None:
+         concurrency_on: str | None, per_sequence: bool, request_spread: bool, step_jitter: bool) -> None:
     if model is None:
         from bundled.modelbuild import build_model
 
@@ -134,9 +137,10 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     kept = {r["label"] for r in load_results(folder)}
     subset = folder if set(labels) == kept else _only(folder, labels)
     rates = len(_by_rate({r["label"]: r for r in load_results(folder)}, labels))
-    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=rates, per_sequence=per_sequence)
+    cal = calibrate(subset, rep.setup.model, rep.setup.shape, rates=rates, per_sequence=per_sequence,
+                    step_jitter=step_jitter)
     sim_model = cal.apply(rep.setup.model)
-    shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead)
+    shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead, step_jitter=cal.step_jitter)
     spread = cal.spread if request_spread else None
     print(f"machine: {describe_machine()}; {cal.describe()}" + (f"; {spread.describe()}" if spread else ""))
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))

@@ -34,6 +34,10 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
               help="Keep the measured server's request-to-request spread around the calibrated replay in the P90s "
                    "and P99s of open-loop questions (--qps, --at-rate, the SLO capacity; default off: the "
                    "deterministic replay's; benchmarks/README.md has its registered rounds).")
+@click.option("--step-jitter/--no-step-jitter", default=None,
+              help="Add the measured server's own step-to-step spread (its decode-only token gaps about their "
+                   "median) to every simulated step of a plan on that server (default off; benchmarks/README.md "
+                   "has its registered round).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
 @click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),
@@ -112,6 +116,8 @@ def plan_command(ctx: click.Context, **o) -> None:
         raise click.UsageError("--calibration-rates picks the rates of a measured sweep to calibrate on: give --results")
     if o["request_spread"] is not None and not o["results"]:
         raise click.UsageError("--request-spread is the spread a calibration measures on a sweep: give --results")
+    if o["step_jitter"] is not None and not o["results"]:
+        raise click.UsageError("--step-jitter is the spread a calibration measures on a sweep: give --results")
     results = _readable(Path(o["results"])) if o["results"] else None
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
@@ -135,6 +141,7 @@ def plan_command(ctx: click.Context, **o) -> None:
             measured_gpu=o["measured_gpu"], measured_tp=o["measured_tp"],
             calibration_rates=o["calibration_rates"] or PlanRequest.calibration_rates,
             request_spread=PlanRequest.request_spread if o["request_spread"] is None else o["request_spread"],
+            step_jitter=PlanRequest.step_jitter if o["step_jitter"] is None else o["step_jitter"],
             weight_dtype=o["weight_dtype"] or measured.get("weight_dtype"),
             kv_dtype=o["kv_dtype"] or measured.get("kv_dtype", "bf16"), engine=o["engine"], knobs=knobs,
             num_requests=o["num_prompts"],

@@ -7,9 +7,10 @@ import pytest
 from llmbench.plan.decode_gaps import decode_curve
 
 
-def _stepped_run(folder, label, rate, n, base, per_seq, rng, prefill=0.02, chunks=True):
+def _stepped_run(folder, label, rate, n, base, per_seq, rng, prefill=0.02, chunks=True, jitter=0.0):
     """A server that steps all its sequences at once: a step lasts `base` + `per_seq` per sequence in it, plus
-    `prefill` for each request that joins in it (its first token comes at the step's end); written as a sweep's run."""
+    `prefill` for each request that joins in it (its first token comes at the step's end), plus a uniform draw
+    within +-`jitter` seconds; written as a sweep's run."""
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
@@ -24,7 +25,7 @@ def _stepped_run(folder, label, rate, n, base, per_seq, rng, prefill=0.02, chunk
             joined.append(waiting)
             waiting += 1
         batch = running + joined
-        now += base + per_seq * len(batch) + prefill * len(joined)
+        now += base + per_seq * len(batch) + prefill * len(joined) + (rng.uniform(-jitter, jitter) if jitter else 0.0)
         for j in batch:
             times[j].append(now)
         running = [j for j in batch if len(times[j]) < outputs[j]]

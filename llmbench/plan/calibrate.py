@@ -29,6 +29,8 @@ from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.request_spread import RequestSpread
 from llmbench.plan.roofline import RooflineModel
 from llmbench.plan.simulator import simulate
+from llmbench.plan.step_jitter import describe as describe_jitter
+from llmbench.plan.step_jitter import jitter_offsets
 from llmbench.plan.workload import sent_times
 from llmbench.steady_state import MATERIAL_MS, MATERIAL_SHARE
 
@@ -48,6 +50,8 @@ class Calibration:
     in_client_stalls: int = 0  # requests replayed but not fitted on: the client's own wait moved their timings
     decode_gaps: int = 0  # token gaps of decode-only steps `seq_overhead` was read from (0: from two rates' TPOT)
     spread: RequestSpread | None = None  # tail term `request spread`: what the fitted replay misses per request
+    step_jitter: tuple[float, ...] = ()  # tail term `step jitter`, where asked for: the replays drew from it
+    jitter_gaps: int = 0  # the quiet token gaps it was read from
 
     @property
     def misfit(self) -> float:
@@ -72,7 +76,8 @@ class Calibration:
                     f"{label} TPOT {tpot:+.0%} TTFT {ttft:+.0%}" for label, tpot, ttft in self.residuals)
                    if len(self.residuals) > 1 else "")
                 + (f"; {self.in_client_stalls} request(s) whose TTFT or TPOT the client's own stalls moved "
-                   "replayed, not fitted on" if self.in_client_stalls else ""))
+                   "replayed, not fitted on" if self.in_client_stalls else "")
+                + (f"; {describe_jitter(self.step_jitter, self.jitter_gaps)}" if self.step_jitter else ""))
 
     def apply(self, roof: RooflineModel) -> RooflineModel:
         return _fitted(roof, self.scale, roof.prefill_scale * self.prefill_scale, self.seq_overhead)
@@ -134,14 +139,18 @@ def timed(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int,
-              per_sequence: bool = True) -> Calibration:
+              per_sequence: bool = True, step_jitter: bool = False) -> Calibration:
     """`per_sequence`: fit the cost per sequence in a step, from the decode-only steps' token gaps or where the
-    higher rate's TPOT rises (False: one scale on the pooled median TPOT, as before that term)."""
+    higher rate's TPOT rises (False: one scale on the pooled median TPOT, as before that term). `step_jitter`:
+    every replay's steps draw from the decode-only gaps' spread (tail term `step jitter`), where the records
+    hold it."""
     runs = _runs(Path(folder), rates)
     if not runs:
         raise ValueError(f"{folder}: no unsaturated finite rate with at least 5 successful requests to calibrate on")
     measured_tpot = float(np.median(np.concatenate([timed(ok)["tpot"].dropna().to_numpy() for _, ok in runs])))
-    base = replace(shape, client_overhead=0.0)
+    curve = _curve(Path(folder), runs) if per_sequence or step_jitter else None
+    jitter = jitter_offsets(curve.offsets) if step_jitter and curve is not None else ()
+    base = replace(shape, client_overhead=0.0, step_jitter=jitter)
 
     def replay(model: RooflineModel, which=runs):
         for _, pooled in which:
@@ -186,14 +195,13 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int,
     one_scale = [tpot(_fitted(roof, scale, prefill, 0.0), [run]) / float(timed(run[1])["tpot"].median()) - 1
                  for run in (runs[0], runs[-1])] if per_sequence and len(runs) > 1 else [0.0]
     rises = high_tpot > low_tpot and max(map(abs, one_scale)) > ONE_SCALE_TOLERANCE
-    curve = _curve(Path(folder), runs) if per_sequence else None
     for _ in range(ROUNDS):  # each factor adds to every step, so each fit moves the others: alternate
         before = (scale, prefill, per_seq)
         if slope is not None and slope > 0:  # the prompt's compute apart from the decode's memory traffic
             prefill = bisect(*bracket(lambda x, s=scale, q=per_seq: _ttft_slope(
                 list(replay(_fitted(roof, s, x, q), runs[:1])), simulated=True) >= slope, prefill, PREFILL_RANGE),
                 within=3e-3)
-        if curve is not None:  # the decode-only steps' slope against the batch, beyond the model's own
+        if per_sequence and curve is not None:  # the decode-only gaps' slope on the batch, past the model's own
             per_seq = max(curve.slope() - curve.slope(
                 lambda n, context, m=_fitted(roof, scale, prefill, 0.0): m.step_time(0, n, context)), 0.0)
             scale = bisect(lambda x, p=prefill, q=per_seq: tpot(_fitted(roof, x, p, q)) >= measured_tpot,
@@ -230,7 +238,8 @@ def calibrate(folder: Path, roof: RooflineModel, shape: EngineShape, rates: int,
         np.concatenate([res.tpot for _, res in both]))
     return Calibration(scale, overhead, tuple(label for label, _ in runs), measured_tpot * 1000, sim_tpot * 1000,
                        prefill, residuals, per_seq, sum(int(ok["in_client_stall"].sum()) for _, ok in runs),
-                       curve.gaps if curve is not None else 0, spread)
+                       curve.gaps if per_sequence and curve is not None else 0, spread, jitter,
+                       len(curve.offsets) if jitter else 0)
 
 
 def _curve(folder: Path, runs: list) -> DecodeCurve | None:

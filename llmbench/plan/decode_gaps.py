@@ -13,7 +13,7 @@ written elsewhere").
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ class DecodeCurve:
     """Per run and batch size: the median gap (s), how many gaps, the mean KV context of the batch (tokens)."""
 
     levels: pd.DataFrame  # columns run, seqs, gap, count, context
+    offsets: np.ndarray = field(default_factory=lambda: np.array([]))  # each quiet gap less its level's median (s)
 
     @property
     def gaps(self) -> int:
@@ -56,22 +57,25 @@ def decode_curve(folder: Path, labels: list[str], keep: dict[str, set[int]] | No
     from llmbench.results import load_results, records_path
 
     results = {r["label"]: r for r in load_results(folder)}
-    levels = []
+    levels, offsets = [], []
     for label in labels:
         path = records_path(folder, results[label]) if label in results else None
         if path is None or not path.is_file():
             continue
         records = [r for r in read_records(path) if r.success and not r.warmup and r.chunk_times]
-        run = _levels(records, None if keep is None else keep.get(label, set()))
+        run, spread = _levels(records, None if keep is None else keep.get(label, set()))
         if len(run) >= 2:
             levels.append(run.assign(run=label))
-    return DecodeCurve(pd.concat(levels, ignore_index=True)) if levels else None
+            offsets.append(spread)
+    return DecodeCurve(pd.concat(levels, ignore_index=True), np.concatenate(offsets)) if levels else None
 
 
-def _levels(records: list, keep: set[int] | None) -> pd.DataFrame:
-    """Counted with sorted event times, not request by request: a sweep of thousands of requests has millions of
-    gaps. A gap is quiet when no request's wait for its first token [start, first) overlaps it; across a quiet gap
-    no request starts or ends its decode, so the batch is those decoding by its start less those done by its end."""
+def _levels(records: list, keep: set[int] | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """The batch sizes' levels, and each quiet gap of a level kept less that level's median (tail term `step
+    jitter`). Counted with sorted event times, not request by request: a sweep of thousands of requests has
+    millions of gaps. A gap is quiet when no request's wait for its first token [start, first) overlaps it; across
+    a quiet gap no request starts or ends its decode, so the batch is those decoding by its start less those done
+    by its end."""
     start = np.sort([r.start for r in records])
     first = np.array([r.chunk_times[0] for r in records])
     end = np.array([r.chunk_times[-1] for r in records])
@@ -95,7 +99,7 @@ def _levels(records: list, keep: set[int] | None) -> pd.DataFrame:
         b.append(t[1:])
         per_token.append((t[1:] - t[:-1]) / c[1:])
     if not a:
-        return pd.DataFrame(columns=["seqs", "gap", "count", "context"])
+        return pd.DataFrame(columns=["seqs", "gap", "count", "context"]), np.array([])
     a, b, per_token = np.concatenate(a), np.concatenate(b), np.concatenate(per_token)
     began = np.searchsorted(first_sorted, a, side="right")  # decoding (or done) by the gap's start
     done = np.searchsorted(end_sorted, b, side="left")  # done before its end
@@ -105,7 +109,9 @@ def _levels(records: list, keep: set[int] | None) -> pd.DataFrame:
                - whole_by_end[done])  # the batch's prompts and the tokens it had made by the gap's start
     frame = pd.DataFrame({"seqs": seqs[quiet], "gap": per_token[quiet], "context": context[quiet]})
     out = frame.groupby("seqs").agg(gap=("gap", "median"), count=("gap", "size"), context=("context", "mean"))
-    return out[out["count"] >= MIN_GAPS].reset_index()
+    out = out[out["count"] >= MIN_GAPS]
+    residuals = frame["gap"] - frame["seqs"].map(out["gap"])
+    return out.reset_index(), residuals[residuals.notna()].to_numpy()
 
 
 def _tokens(record) -> np.ndarray | None:

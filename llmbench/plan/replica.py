@@ -139,13 +139,21 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
                            gpus_per_replica=req.measured_tp or req.gpus_per_replica)
     measured = _with_server_pool(catalog_replica(measured_req, work), Path(req.results))
     rep = catalog_replica(req, work) if (req.measured_gpu or req.measured_tp) else measured
+    jitter = req.step_jitter and rep is measured  # the measured host's own spread, in its own seconds
     try:
-        cal = calibrate(req.results, measured.setup.model, measured.setup.shape, rates=req.calibration_rates)
+        cal = calibrate(req.results, measured.setup.model, measured.setup.shape, rates=req.calibration_rates,
+                        step_jitter=jitter)
     except ValueError as err:
         rep.notes.append(f"not calibrated: {err}")
         return rep
+    if req.step_jitter and not jitter:
+        rep.notes.append("no step jitter: it is the measured server's spread in its own milliseconds, and this "
+                         "plan is for another GPU or TP than the sweep's")
+    elif jitter and not cal.step_jitter:
+        rep.notes.append("no step jitter: the sweep's records hold too few decode-only token gaps (each token's "
+                         "arrival) to read it from")
     model = cal.apply(rep.setup.model)
-    shape = replace(rep.setup.shape, client_overhead=cal.request_overhead)
+    shape = replace(rep.setup.shape, client_overhead=cal.request_overhead, step_jitter=cal.step_jitter)
     rep.setup = replace(rep.setup, model=model, shape=shape, spread=cal.spread if req.request_spread else None)
     rep.calibrated_in_flight = _in_flight(Path(req.results))
     on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"

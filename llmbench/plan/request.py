@@ -39,6 +39,8 @@ class PlanRequest:
     calibration_rates: int = 2  # the --results sweep's lowest unsaturated rates the model is calibrated on
     request_spread: bool = False  # tail term `request spread` (request_spread.py) in a calibrated plan's percentiles;
     # off: its registered rounds (Z9, Z10 in benchmarks/README.md) put it at 12 and 14 of 16 within 15 % against 13, 15
+    step_jitter: bool = False  # tail term `step jitter` (step_jitter.py) in a plan on the measured server itself;
+    # off: its registered round (Z11) put it at 15 of 16 within 15 % as the replay, median |error| 4.09 against 3.99 %
     model: str | None = None  # None: DEFAULT_MODEL, or the served model's config.json beside --results
     weight_dtype: str | None = None  # None: the format the model's checkpoint ships (ModelSpec.checkpoint_dtype)
     kv_dtype: str = "bf16"

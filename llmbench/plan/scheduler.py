@@ -20,6 +20,7 @@ import numpy as np
 from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.kv_pool import KVPool
 from llmbench.plan.sequence import Request
+from llmbench.plan.step_jitter import JitterDraws
 
 
 class StepModel(Protocol):
@@ -150,7 +151,7 @@ class Scheduler(KVPool):
         return budget
 
     def fast_forward(self, model: StepModel, now: float, next_arrival: float, bulk: list[np.ndarray],
-                     speed: float = 1.0) -> float | None:
+                     speed: float = 1.0, jitter: JitterDraws | None = None) -> float | None:
         """Run in one go the decode-only steps in which nothing but the contexts changes: every running request
         decodes, none finishes, no waiting one can join, no block runs short and no request arrives. These
         are most steps of a long-output workload; stepping them one by one costs a Python loop per token.
@@ -178,6 +179,8 @@ class Scheduler(KVPool):
         planned = steps  # the stretch checked; an arrival may cut it short
         context = sum(r.computed for r in running) + batch
         times = speed * np.asarray(model.step_time(0, batch, context + batch * np.arange(steps)), dtype=float)
+        if jitter is not None:
+            times = jitter.many(times)
         ends = now + np.cumsum(times)
         steps = min(steps, int(np.searchsorted(ends[:-1], next_arrival, side="left")) + 1)
         if steps < 2:

@@ -30,6 +30,7 @@ from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.ingest import ingest_wait
 from llmbench.plan.scheduler import Scheduler, StepModel
 from llmbench.plan.sequence import Request
+from llmbench.plan.step_jitter import JitterDraws
 
 PERCENTILES = (50, 90, 99)
 
@@ -92,8 +93,9 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
     """Open loop (`arrivals` in seconds) or closed loop (`concurrency` requests in flight, each next one
     sent when one finishes, like a fixed-concurrency benchmark). `fast_forward=False` steps every decode
     one by one: the same answer, slower (the reference the fast path is tested against). `drift` multiplies
-    each step's time by its window's factor (tail term `speed drift`). `waited`: seconds each request spent in a
-    load harness before its arrival at the engine, counted in its TTFT and E2E (tail term `harness batcher`)."""
+    each step's time by its window's factor (tail term `speed drift`); `shape.step_jitter` adds one of its
+    offsets to each (tail term `step jitter`). `waited`: seconds each request spent in a load harness before its
+    arrival at the engine, counted in its TTFT and E2E (tail term `harness batcher`)."""
     if concurrency is not None:
         arrivals = np.zeros(len(prompts))
     start = float(np.min(arrivals)) if len(arrivals) else 0.0
@@ -109,6 +111,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
         for r in list(pending)[1:]:
             r.arrival = shape.burst_ingest
     rep = Scheduler(shape)
+    jitter = JitterDraws(shape.step_jitter) if shape.step_jitter else None
     k = max(shape.scheduler_steps, 1)
     itl: list[float] = []
     bulk: list[np.ndarray] = []  # inter-token latencies of fast-forwarded decode steps
@@ -124,7 +127,7 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
         speed = drift.factor(now) if drift else 1.0
         if fast_forward and k == 1:
             until = min(pending[0].arrival if pending else math.inf, drift.window_end(now) if drift else math.inf)
-            end = rep.fast_forward(model, now, until, bulk, speed)
+            end = rep.fast_forward(model, now, until, bulk, speed, jitter)
             if end is not None:
                 now = end
                 continue
@@ -144,7 +147,8 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                 prefill_seqs += 1
                 cached += r.computed
                 pairs += n * (r.computed + n / 2)  # causal attention within its own prompt only
-        now += speed * model.step_time(prefill, decode, context, cached, prefill_seqs, pairs)
+        took = speed * model.step_time(prefill, decode, context, cached, prefill_seqs, pairs)
+        now += jitter.one(took) if jitter else took
         decodes += prefill == 0
         deliver = decodes % k == 0 or prefill > 0
         for r, n in batch:
