@@ -19,7 +19,7 @@ from tests.test_calibration import _catalog_setup
 from tests.test_decode_gaps import _stepped_run
 
 
-def test_the_gaps_give_the_spread_in_milliseconds_whatever_the_batch(tmp_path):
+def test_the_gaps_give_the_spread_in_milliseconds_about_each_batch_sizes_median(tmp_path):
     """A server whose steps carry +-4 ms (uniform) at every batch size, its steps 10 ms + 1.5 ms a sequence: the
     offsets read back are the +-4 ms (quartiles -2 / +2 ms), centered on mean 0; a steady server reads none."""
     rng = np.random.default_rng(11)
@@ -77,7 +77,7 @@ def test_jitter_keeps_the_mean_step_and_lengthens_the_wait_for_the_step_in_progr
 
 def test_plan_draws_the_measured_servers_jitter_only_when_asked_and_only_on_that_server(tmp_path):
     """`plan --results SWEEP --step-jitter` on a sweep whose steps carry +-6 ms: the step model line names the
-    term with the spread it read, the P99 TTFT rises over the plan without it; for another GPU than the sweep's
+    term with the spread it read and the plan's steps draw it about their mean; for another GPU than the sweep's
     the plan says why it leaves the term out; without --results the flag is refused."""
     from llmbench.results import RunFiles, write_result
 
