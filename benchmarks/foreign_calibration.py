@@ -28,11 +28,13 @@ sys.path.insert(0, str(ROOT))
 
 from llmbench.machine import describe_machine  # noqa: E402
 from llmbench.plan.calibrate import calibrate  # noqa: E402
+from llmbench.plan.handover import handover_steps  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.request_spread import RequestSpread  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
 from llmbench.plan.workload import from_results, sent_times  # noqa: E402
-from llmbench.results import RunFiles, load_records, load_results, runs_by_rate  # noqa: E402
+from llmbench.records import read_records  # noqa: E402
+from llmbench.results import RunFiles, load_records, load_results, records_path, runs_by_rate  # noqa: E402
 from llmbench.slo import SLO  # noqa: E402
 
 KEYS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -159,6 +161,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
             print(_row(_name(where, label, runs), real, sim, _spread(ok), tally))
             _blocks(ok)
             _stalls([results[r] for r in runs])
+            _handover(where, runs)
     if concurrency_on:
         where, names = _split(concurrency_on)
         result = {r["label"]: r for r in load_results(where)}[names[0]]
@@ -167,6 +170,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         print(_row(_name(where, names[0], names), real, sim, _spread(ok), tally))
         _blocks(ok)
         _stalls([r for r in load_results(where) if r["label"] in names])
+        _handover(where, names, int(result["max_concurrency"]))
     print("median |error| over the open rates: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
     print(f"predicted figures within 15 %: {sum(a for a, _ in tally)} of {len(tally)}; inside the measurement's own "
           f"90 % range (bootstrap over the run's requests): {sum(b for _, b in tally)} of {len(tally)}")
@@ -195,6 +199,17 @@ def _stalls(runs: list[dict]) -> None:
     if count:
         print(f"  client stalls over 100 ms: {count} (longest {max(r.get('max_client_stall_ms') or 0 for r in runs):.0f}"
               f" ms), {sum(r.get('requests_in_client_stalls') or 0 for r in runs)} requests inside one")
+
+
+def _handover(where: Path, labels: list[str], skip: int = 0) -> None:
+    """The steps the figure's requests waited to join the batch, counted without a model (handover.py): the
+    replay's loop turnaround makes a loop newcomer's 2, an open loop's 2 and its front-end ingest's share."""
+    results = {r["label"]: r for r in load_results(where)}
+    counts = np.concatenate([handover_steps(read_records(records_path(where, results[label])), skip)
+                             for label in labels])
+    if len(counts):
+        print(f"  steps to join (another stream's tokens between a request's send and its first token): mean "
+              f"{counts.mean():.2f} over {len(counts)} requests" + (" past the opening burst" if skip else ""))
 
 
 def _only(folder: Path, labels: list[str]) -> Path:

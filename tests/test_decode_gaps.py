@@ -7,10 +7,10 @@ import pytest
 from llmbench.plan.decode_gaps import decode_curve
 
 
-def _stepped_run(folder, label, rate, n, base, per_seq, rng, prefill=0.02, chunks=True, jitter=0.0):
+def _stepped_run(folder, label, rate, n, base, per_seq, rng, prefill=0.02, chunks=True, jitter=0.0, handover=0.0):
     """A server that steps all its sequences at once: a step lasts `base` + `per_seq` per sequence in it, plus
     `prefill` for each request that joins in it (its first token comes at the step's end), plus a uniform draw
-    within +-`jitter` seconds; written as a sweep's run."""
+    within +-`jitter` seconds; a request can join `handover` seconds after it was sent; written as a sweep's run."""
     from llmbench.records import RecordWriter, RequestRecord
     from llmbench.results import RunFiles, write_result
 
@@ -19,9 +19,9 @@ def _stepped_run(folder, label, rate, n, base, per_seq, rng, prefill=0.02, chunk
     now, waiting, running = 0.0, 0, []
     while waiting < n or running:
         if not running:
-            now = max(now, arrivals[waiting])
+            now = max(now, arrivals[waiting] + handover)
         joined = []
-        while waiting < n and arrivals[waiting] <= now:
+        while waiting < n and arrivals[waiting] + handover <= now:
             joined.append(waiting)
             waiting += 1
         batch = running + joined

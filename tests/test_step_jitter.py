@@ -107,3 +107,4 @@ def test_plan_draws_the_measured_servers_jitter_only_when_asked_and_only_on_that
     assert "step jitter (" not in other["setup"]["step_model"] and "no step jitter" in output
     r = CliRunner().invoke(main, ["plan", "--at-rate", "2", "--step-jitter"])
     assert r.exit_code == 2 and "give --results" in r.output, r.output
+
