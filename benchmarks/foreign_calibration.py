@@ -122,7 +122,7 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
 @click.option("--per-sequence/--no-per-sequence", default=True, show_default=True,
               help="Fit the cost per sequence a step (decode-only token gaps, else the top rate; off: one scale).")
 @click.option("--step-jitter/--no-step-jitter", default=False, show_default=True,
-              help="Every replayed step draws a factor from the calibration's decode-only gap spread (tail term "
+              help="Every replayed step gets one of the calibration's decode-only gap offsets added (tail term "
                    "`step jitter`).")
 @click.option("--request-spread/--no-request-spread", default=False, show_default=True,
               help="Open-loop replays carry the calibration's request-to-request spread (tail term `request "

@@ -63,10 +63,10 @@ def decode_curve(folder: Path, labels: list[str], keep: dict[str, set[int]] | No
         if path is None or not path.is_file():
             continue
         records = [r for r in read_records(path) if r.success and not r.warmup and r.chunk_times]
-        run, spread = _levels(records, None if keep is None else keep.get(label, set()))
+        run, run_offsets = _levels(records, None if keep is None else keep.get(label, set()))
         if len(run) >= 2:
             levels.append(run.assign(run=label))
-            offsets.append(spread)
+            offsets.append(run_offsets)
     return DecodeCurve(pd.concat(levels, ignore_index=True), np.concatenate(offsets)) if levels else None
 
 
@@ -110,8 +110,8 @@ def _levels(records: list, keep: set[int] | None) -> tuple[pd.DataFrame, np.ndar
     frame = pd.DataFrame({"seqs": seqs[quiet], "gap": per_token[quiet], "context": context[quiet]})
     out = frame.groupby("seqs").agg(gap=("gap", "median"), count=("gap", "size"), context=("context", "mean"))
     out = out[out["count"] >= MIN_GAPS]
-    residuals = frame["gap"] - frame["seqs"].map(out["gap"])
-    return out.reset_index(), residuals[residuals.notna()].to_numpy()
+    offsets = frame["gap"] - frame["seqs"].map(out["gap"])
+    return out.reset_index(), offsets[offsets.notna()].to_numpy()
 
 
 def _tokens(record) -> np.ndarray | None:

@@ -37,4 +37,4 @@ class EngineShape:
     null_blocks: int = 0  # blocks the pool never hands out (vLLM V1's null block; 0 where a pool is thousands)
     sparse_window: bool = False  # tail term `sparse window cache`: a sliding group caches only its prompt's end
     junction: bool = False  # ... and the end of a re-admitted request's one-group hit (vLLM 0.26+)
-    step_jitter: tuple[float, ...] = ()  # tail term `step jitter` (step_jitter.py): factors a step draws from
+    step_jitter: tuple[float, ...] = ()  # tail term `step jitter` (step_jitter.py): offsets (s) a step draws one of
