@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from llmbench.cli import main
 from llmbench.plan import gpus, models
+from llmbench.plan.drift import SWING
 from llmbench.plan.measured import capacity_of
 from llmbench.plan.memory import GiB, plan_memory
 from llmbench.plan.planner import PlanError
@@ -226,9 +227,11 @@ def test_self_check_on_the_bundled_engine(tiny_model, tmp_path):
     for row in rows:
         print(row)
         assert abs(row["error_output_throughput"]) < 0.25
-        # a host that slowed the engine's own steps during the run (another process on its cores) moves its P99s
-        # by more than any model of load can say; `plan --results` warns past the same MISFIT
-        disturbed = any(abs(speed - 1) > MISFIT for speed in row["speeds"])
+        # a host that slowed the engine's own steps during the run (another process on its cores: CI's other test
+        # worker) moves its P99s by more than any model of load can say, whether over the whole run, in a spell
+        # within it, or in one pause; `plan --results` says each past the same bars
+        disturbed = (any(abs(speed - 1) > MISFIT for speed in row["speeds"]) or max(row["speed_swings"]) > SWING
+                     or max(row["longest_pauses_s"]) > 0 or any(row["client_stalled"]))
         assert disturbed or (abs(row["error_p99_tpot_ms"]) < 0.6 and abs(row["error_p99_ttft_ms"]) < 1.0)
 
 

@@ -4,7 +4,7 @@ steps and replayed in the simulator as a block bootstrap."""
 import numpy as np
 import pytest
 
-from llmbench.plan.drift import SpeedDrift, fit_drift
+from llmbench.plan.drift import SWING, SpeedDrift, fit_drift, run_pauses, run_swings
 from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.simulator import simulate
 
@@ -23,7 +23,7 @@ def _steps(durations: list[float], start: float = 1000.0) -> list[dict]:
     for d in durations:
         now += d
         out.append({"time": now, "step_seconds": d, "num_prefill_tokens": 0, "num_decode_tokens": 1, "num_seqs": 1,
-                    "num_context_tokens": 100})
+                    "num_context_tokens": 100, "num_running": 1, "num_waiting": 0})
     return out
 
 
@@ -37,6 +37,31 @@ def test_each_window_holds_the_measured_over_the_fitted_time():
     assert ratios[:9] == pytest.approx(1.0) and ratios[11:14] == pytest.approx(2.0)  # a boundary window may mix
     assert ratios[16:] == pytest.approx(1.0) and all(1.0 <= r <= 2.0 + 1e-9 for r in ratios)
     assert fit_drift([[]], _Flat()) is None
+
+
+def test_a_swing_within_a_run_is_its_slowest_busy_window_over_its_fastest():
+    even = _steps([0.01] * 600)
+    spell = _steps([0.01] * 300 + [0.03] * 100 + [0.01] * 300)
+    slow = _steps([0.01] * 300) + _steps([0.02] * 45, start=1010.0)  # a window busy 0.9 of it, at half speed
+    sparse = _steps([0.01] * 300) + _steps([0.04] * 2, start=1010.0)  # busy 8 % of its window: not judged
+    paused = _steps([0.01] * 300) + _steps([0.9], start=1010.0)  # one step 0.89 s past its fit: run_pauses' to say
+    swings = run_swings([even, spell, slow, sparse, paused, []], _Flat())
+    assert swings[0] == pytest.approx(1.0) and swings[1] == pytest.approx(3.0) and swings[1] > SWING
+    assert swings[2] == pytest.approx(2.0) and swings[3:] == [pytest.approx(1.0)] * 2 + [1.0]
+
+
+def test_a_pause_is_a_step_far_past_its_fit_or_a_wait_between_steps_holding_requests():
+    run = _steps([0.01] * 100 + [0.5] + [0.01] * 100 + [0.15] + [0.01] * 100)  # two steps the fit gives 10 ms
+    assert [round(lost, 3) for _, lost in run_pauses(run, _Flat())] == [0.49, 0.14]
+    assert run_pauses(run, _Flat())[0][0] == pytest.approx(1.0)
+    gap = _steps([0.01] * 100)
+    gap += _steps([0.01] * 100, start=gap[-1]["time"] + 0.4)
+    assert [(round(at, 3), round(lost, 3)) for at, lost in run_pauses(gap, _Flat())] == [(1.0, 0.4)]
+    gap[99]["num_running"] = 0  # idle then: no request was kept waiting
+    assert run_pauses(gap, _Flat()) == []
+    busy_prefill = [{"time": 1001.0, "step_seconds": 0.6, "num_prefill_tokens": 400, "num_decode_tokens": 0,
+                     "num_seqs": 1, "num_running": 1, "num_waiting": 0}]  # 0.2 s past a 0.4 s fit: not a pause
+    assert run_pauses(busy_prefill, _Flat()) == []
 
 
 def test_a_trace_replays_blocks_of_consecutive_windows_from_one_run():
@@ -112,3 +137,41 @@ def test_a_plan_fitted_on_runs_of_different_speeds_says_so(tmp_path):
     noisy = fitted_replica(PlanRequest(slo=SLO()), from_results(folder), folder)
     said = [n for n in noisy.notes if "from one run to the next" in n]
     assert said and f"x{max(speeds):.2f}" in said[0]
+
+
+def test_a_plan_fitted_on_runs_with_a_pause_or_a_slow_spell_says_where(tmp_path):
+    """`plan --results` on the bundled engine's steps: a pause (the host gave the engine no CPU) and a slow spell
+    within one run set that run's P99s, and the note names the run and the moment."""
+    import json
+    import re
+    import shutil
+    from pathlib import Path
+
+    from llmbench.plan.replica import fitted_replica
+    from llmbench.plan.request import PlanRequest
+    from llmbench.plan.workload import from_results
+    from llmbench.slo import SLO
+
+    example = Path(__file__).resolve().parents[1] / "reports" / "example"
+    quiet = fitted_replica(PlanRequest(slo=SLO()), from_results(example), example)
+    assert not any("paused" in n or "1 s windows" in n for n in quiet.notes)
+    folder = tmp_path / "example"
+    shutil.copytree(example, folder)
+    path = folder / "rate-3.engine_steps.jsonl"
+    steps = [json.loads(line) for line in path.read_text().splitlines()]
+    t0 = steps[0]["time"] - steps[0]["step_seconds"]
+    k = next(i for i, s in enumerate(steps) if s["time"] - t0 > 30 and s["num_prefill_tokens"] == 0)
+    at = steps[k]["time"] - steps[k]["step_seconds"] - t0
+    steps = steps[:k] + [s | {"time": s["time"] + 0.8} for s in steps[k:]]  # step k took 0.8 s longer, and so
+    steps[k]["step_seconds"] += 0.8  # every later step ended that much later
+    path.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    paused = fitted_replica(PlanRequest(slo=SLO()), from_results(folder), folder)
+    said = [n for n in paused.notes if "paused" in n]
+    assert said and f"at {at:.1f} s into rate-3" in said[0]
+    assert 780 <= int(re.search(r"the longest (\d+) ms", said[0]).group(1)) <= 810  # 0.8 s, less the fit's miss
+    assert not any("1 s windows" in n for n in paused.notes)
+    steps = [s | {"step_seconds": 3 * s["step_seconds"]} if 60 < s["time"] - t0 < 64 else s for s in steps]
+    path.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    spell = fitted_replica(PlanRequest(slo=SLO()), from_results(folder), folder)
+    said = [n for n in spell.notes if "1 s windows" in n]
+    assert said and said[0].startswith("within rate-3 ")

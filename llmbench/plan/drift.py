@@ -13,7 +13,8 @@ time is multiplied by its window's ratio, and a figure is the median over a few 
 planner's default: on two fresh self-checks (`benchmarks/plan_selfcheck.py --drift-ablation`, one sweep and three
 pooled rounds) it did worse than the average speed (largest |error| 41.1 against 38.0 %, 38.9 against 31.5 %).
 What stays in use is `run_speeds`: how far the same work's cost moved from run to run, which `plan --results`
-reports as a limit on its P99s.
+reports as a limit on its P99s; `run_swings`, the same within a run; and `run_pauses`, the moments the host gave
+the engine no CPU at all.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmbench.client_stalls import STALL
 from llmbench.plan.scheduler import StepModel
 
 WINDOW_S = 1.0
@@ -89,24 +91,77 @@ def run_speeds(runs: list[list[dict]], model: StepModel) -> list[float]:
     return speeds
 
 
+SWING = 2.0  # see run_swings
+PAUSE_RATIO = 2.0  # a pause is also this many times its fitted time: a 1,000-token prefill 30 % past a 0.4 s fit
+# is the fit's miss
+
+
+def run_pauses(steps: list[dict], model: StepModel) -> list[tuple[float, float]]:
+    """One run's pauses as (seconds from its first step, seconds lost): a step that took more than STALL past
+    what `model` gives it and over PAUSE_RATIO times that, or a wait that long between two steps while requests
+    were in the engine. A pause is the host's (it gave the engine no CPU), not load's: it adds its length to the
+    TPOT or TTFT of every request in flight then, and so sets a short run's P99s while `run_speeds`' sum over the
+    run barely moves (a 0.9 s SIGSTOP of the bundled engine 2.5 s into a 6 s run: P99 TPOT 28 ms against 8 ms
+    replayed, the run's speed x1.18)."""
+    if not steps:
+        return []
+    t0 = steps[0]["time"] - steps[0]["step_seconds"]
+    pauses = []
+    for before, s in zip([None, *steps], steps, strict=False):
+        start = s["time"] - s["step_seconds"]
+        holding = before is not None and before.get("num_running", 0) + before.get("num_waiting", 0) > 0
+        if holding and start - before["time"] > STALL:
+            pauses.append((before["time"] - t0, start - before["time"]))
+        if _rows([s]) and _paused(s, model):
+            pauses.append((start - t0, s["step_seconds"] - _modelled(s, model)))
+    return pauses
+
+
+def _paused(s: dict, model: StepModel) -> bool:
+    modelled = _modelled(s, model)
+    return s["step_seconds"] - modelled > STALL and s["step_seconds"] > PAUSE_RATIO * modelled
+
+
+def window_ratios(steps: list[dict], model: StepModel, window: float = WINDOW_S, min_busy: float = 0.0
+                  ) -> tuple[float, ...]:
+    """One run's measured / fitted step time, window by window, over windows whose steps took at least `min_busy`
+    of the window."""
+    rows = _rows(steps)
+    if not rows:
+        return ()
+    t0 = rows[0]["time"] - rows[0]["step_seconds"]
+    measured: dict[int, float] = {}
+    modelled: dict[int, float] = {}
+    for s in rows:
+        w = int((s["time"] - t0) // window)
+        measured[w] = measured.get(w, 0.0) + s["step_seconds"]
+        modelled[w] = modelled.get(w, 0.0) + _modelled(s, model)
+    return tuple(measured[w] / modelled[w] for w in sorted(measured)
+                 if modelled[w] > 0 and measured[w] >= min_busy * window)
+
+
+def run_swings(runs: list[list[dict]], model: StepModel) -> list[float]:
+    """Each run's slowest 1 s window over its fastest (windows busy a tenth of the time or more, pauses left to
+    `run_pauses`; 1.0 with fewer than two). Past SWING the host, not the load, set the run's P99s: on a 2-core CI
+    runner whose other test worker came and went, one 6 s run's windows ran x0.62 to x1.66 of the fitted step time
+    and its P99 TPOT was 21 ms where its replay gave 7, while `run_speeds` said x1.13; quiet runs swung x1.13-1.52."""
+    swings = []
+    for steps in runs:
+        ratios = swing_windows(steps, model)
+        swings.append(max(ratios) / min(ratios) if len(ratios) > 1 else 1.0)
+    return swings
+
+
+def swing_windows(steps: list[dict], model: StepModel) -> tuple[float, ...]:
+    """The windows `run_swings` compares."""
+    return window_ratios([s for s in steps if not _paused(s, model)], model, min_busy=0.1)
+
+
 def fit_drift(runs: list[list[dict]], model: StepModel, window: float = WINDOW_S, block: int = BLOCK_WINDOWS
               ) -> SpeedDrift | None:
     """Each run's steps (the bundled engine's statistics, in time order) against `model`, window by window;
     None when no run has a whole window of steps."""
-    ratios = []
-    for steps in runs:
-        rows = _rows(steps)
-        if not rows:
-            ratios.append(())
-            continue
-        t0 = rows[0]["time"] - rows[0]["step_seconds"]
-        measured: dict[int, float] = {}
-        modelled: dict[int, float] = {}
-        for s in rows:
-            w = int((s["time"] - t0) // window)
-            measured[w] = measured.get(w, 0.0) + s["step_seconds"]
-            modelled[w] = modelled.get(w, 0.0) + _modelled(s, model)
-        ratios.append(tuple(measured[w] / modelled[w] for w in sorted(measured) if modelled[w] > 0))
+    ratios = [window_ratios(steps, model, window) for steps in runs]
     if not any(ratios):
         return None
     return SpeedDrift(tuple(ratios), window, block)

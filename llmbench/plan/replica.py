@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmbench.plan import bands, cuda_graphs, engines, gpus, models, search
-from llmbench.plan.drift import run_speeds
+from llmbench.plan.drift import SWING, run_pauses, run_speeds, run_swings, swing_windows
 from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.fit import fit_client_overhead, fit_steps
 from llmbench.plan.memory import (
@@ -225,7 +225,8 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     """The bundled engine's own step statistics, fitted; None when the folder has none."""
     from llmbench.results import load_engine_steps, load_metadata, load_records, load_results
 
-    runs = [load_engine_steps(folder, r["label"]) for r in load_results(folder)]
+    labels = [r["label"] for r in load_results(folder)]
+    runs = [load_engine_steps(folder, label) for label in labels]
     steps = [s for run in runs for s in run]
     if len(steps) < 10:
         return None
@@ -236,8 +237,7 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     shape = EngineShape(req.knobs.get("max_num_seqs") or config.get("max_num_seqs", 256),
                         req.knobs.get("max_num_batched_tokens") or config.get("max_num_batched_tokens", 2048),
                         kv_tokens, config.get("block_size", 16), req.prefix_hit_rate)
-    first = load_results(folder)[0]
-    ok = load_records(folder, first["label"])
+    ok = load_records(folder, labels[0])
     ok = ok[ok["success"]]
     if not ok.empty:
         res = simulate(sent_times(ok), ok["prompt_len"].to_numpy(), ok["output_tokens"].to_numpy(),
@@ -254,6 +254,23 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
                          "run to the next for the same kind of work (a shared or throttled host?), so its P99s are "
                          "no finer than that: on a 2-core VM one 90 s run's P99 TPOT moved by up to 47 % between two "
                          "sweeps; sweep again on a quiet machine, or pool rounds (`sweep --append`)")
+    swings = run_swings(runs, step_model)
+    worst = max(range(len(runs)), key=swings.__getitem__)
+    if swings[worst] > SWING:
+        ratios = swing_windows(runs[worst], step_model)
+        rep.notes.append(f"within {labels[worst]} the engine's 1 s windows took x{min(ratios):.2f} to "
+                         f"x{max(ratios):.2f} of the fitted step time for the same kind of work (another process came "
+                         "and went on its cores): that run's P99s are set by the slow spells, which no model of load "
+                         "has")
+    paused = [(label, at, lost) for label, run in zip(labels, runs, strict=True)
+              for at, lost in run_pauses(run, step_model)]
+    if paused:
+        label, at, lost = max(paused, key=lambda p: p[2])
+        rep.notes.append(f"the engine paused {len(paused)} time(s) in the measured runs, the longest "
+                         f"{lost * 1000:,.0f} ms at {at:.1f} s into {label} (a step that much past its fitted time, "
+                         "or a wait that long between steps while it held requests: the host gave it no CPU); every "
+                         "request in flight then carries the pause, so those runs' P99s are the host's as much as the "
+                         "load's, and the plan's leave it out")
     return rep
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench.plan.drift import SpeedTrace, fit_drift, run_speeds
+from llmbench.plan.drift import SpeedTrace, fit_drift, run_pauses, run_speeds, run_swings
 from llmbench.plan.engine_shape import EngineShape
 from llmbench.plan.fit import LinearStepModel, fit_client_overhead, fit_steps
 from llmbench.plan.simulator import SimResult, simulate
@@ -105,10 +105,14 @@ def self_check(folder: Path, calibrate: list[str], predict: list[str], drift: bo
         real = _figures(ttft, tpot, sum(results[r]["total_output_tokens"] for r in runs),
                         sum(results[r]["duration"] for r in runs))
         sims = [_pooled([simulate_label(folder, run, model, shape, t)[1] for run in runs]) for t in traces()]
+        measured = [load_engine_steps(folder, run) for run in runs]
         row = {"label": label, "rate": results[label]["request_rate"], "runs": len(runs),
                "each_run": [{key: results[r][key] for key in KEYS} for r in runs],
                "range_p99_ttft_ms": bootstrap_range(ttft, 99), "range_p99_tpot_ms": bootstrap_range(tpot, 99),
-               "speeds": run_speeds([load_engine_steps(folder, run) for run in runs], model)}
+               "speeds": run_speeds(measured, model),
+               "speed_swings": run_swings(measured, model),
+               "longest_pauses_s": [max((lost for _, lost in run_pauses(s, model)), default=0.0) for s in measured],
+               "client_stalled": [bool(results[r].get("client_stall_material")) for r in runs]}
         for key in KEYS:
             sim = float(np.median([s[key] for s in sims]))
             row[f"measured_{key}"] = real[key]
