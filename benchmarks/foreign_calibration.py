@@ -202,14 +202,16 @@ def _stalls(runs: list[dict]) -> None:
 
 
 def _handover(where: Path, labels: list[str], skip: int = 0) -> None:
-    """The steps the figure's requests waited to join the batch, counted without a model (handover.py): the
-    replay's loop turnaround makes a loop newcomer's 2, an open loop's 2 and its front-end ingest's share."""
+    """The steps the figure's requests waited to join the batch, counted without a model (handover.py), and the
+    share that waited four or more: the replay's loop turnaround makes a loop newcomer's 2, an open loop's 2 and its
+    front-end ingest's share."""
     results = {r["label"]: r for r in load_results(where)}
     counts = np.concatenate([handover_steps(read_records(records_path(where, results[label])), skip)
                              for label in labels])
     if len(counts):
         print(f"  steps to join (another stream's tokens between a request's send and its first token): mean "
-              f"{counts.mean():.2f} over {len(counts)} requests" + (" past the opening burst" if skip else ""))
+              f"{counts.mean():.2f} over {len(counts)} requests" + (" past the opening burst" if skip else "")
+              + f", {(counts >= 4).mean():.0%} four or more")
 
 
 def _only(folder: Path, labels: list[str]) -> Path:
