@@ -117,8 +117,17 @@ def row_line(row: dict) -> str:
             f"{row['completed']}, failed {row['failed']}, {_sent(row)}, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
             f"{row['p99_ttft_ms']:.0f} ms, {_ttfo(row)}TPOT P50/P99 {row['median_tpot_ms']:.1f}/"
-            f"{row['p99_tpot_ms']:.1f} ms{slo}" + _steady(row.get("steady_state")) + _sessions(row.get("sessions"))
+            f"{row['p99_tpot_ms']:.1f} ms{slo}" + _server_clock(row) + _steady(row.get("steady_state"))
+            + _sessions(row.get("sessions"))
             + (f" — {notes}" if notes else ""))
+
+
+def _server_clock(row: dict) -> str:
+    """The server's own mean TTFT beside the client's (server_timings.py), where it timed the run's requests."""
+    own = row.get("server_mean_ttft_ms")
+    if own is None or row.get("client_over_server_ttft_ms") is None:
+        return ""
+    return f"; the server's own mean TTFT {own:.0f} ms, the client's {row['client_over_server_ttft_ms']:+.0f} ms over it"
 
 
 def _sessions(s: dict | None) -> str:

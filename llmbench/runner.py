@@ -14,7 +14,7 @@ import aiohttp
 import numpy as np
 import uvloop
 
-from llmbench import client, client_stalls, metrics
+from llmbench import client, client_stalls, metrics, server_timings
 from llmbench.datasets import Request
 from llmbench.records import RecordWriter, RequestRecord
 from llmbench.results import RunFiles
@@ -162,7 +162,10 @@ class Run:
             self.notes.append(stall_note)
         if scraper:
             result |= spec_decode_summary(scraper.points)
-            self.notes += scraper.notes
+            own, own_note = server_timings.summary(scraper.points, result["completed"], {
+                figure: result[f"mean_{figure}_ms"] for figure in ("ttft", "e2el") if f"mean_{figure}_ms" in result})
+            result |= own
+            self.notes += scraper.notes + ([own_note] if own_note else [])
         self.notes += _stream_notes([r for r in self.records if r.success and not r.warmup], cfg.ignore_eos)
         if result["client_overloaded"] and not (self.target_down.is_set() or interrupted):
             self.notes.append(f"client overloaded: {result['client_overload_reason']} — figures may reflect the "

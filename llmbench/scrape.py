@@ -11,6 +11,8 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmbench.server_timings import TIMINGS
+
 # vLLM / our engine, and SGLang's names for the same quantities
 SERIES = {
     "vllm:num_requests_running": "running",
@@ -32,6 +34,13 @@ SERIES = {
 def parse(text: str) -> dict[str, float]:
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
+        timing = TIMINGS.get(family.name)
+        if timing is not None:  # a latency histogram: its running sum and count (server_timings.py)
+            for part in ("sum", "count"):
+                got = [s.value for s in family.samples if s.name == f"{family.name}_{part}"]
+                if got:
+                    values[f"server_{timing}_{part}"] = values.get(f"server_{timing}_{part}", 0.0) + sum(got)
+            continue
         key = SERIES.get(family.name)
         if key is None:
             continue

@@ -170,6 +170,12 @@ def test_embedded_engine_and_results_api(tmp_path, tiny_model):
     assert frame["output_tokens"].tolist() == [8] * 6
     assert "kv_usage" in load_server_metrics(out, "rate-inf").columns
     assert (out / "engine.log").is_file()
+    # the server's own clock over the same six requests: it starts after the client's send and stops before the
+    # client reads the token, so the client's mean can only be longer
+    assert results[0]["server_timed_ttft"] == 6 and results[0]["server_timed_e2el"] == 6
+    assert 0 < results[0]["server_mean_ttft_ms"] <= results[0]["mean_ttft_ms"] + 0.5
+    assert results[0]["client_over_server_ttft_ms"] >= -0.5 and results[0]["client_over_server_e2el_ms"] >= -0.5
+    assert "the server's own mean TTFT" in r.output
 
 
 @pytest.mark.parametrize("signals", [("SIGINT", "SIGINT"), ("SIGTERM",)])  # a second Ctrl-C covers the first
