@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from llmbench.machine import describe_machine  # noqa: E402
 from llmbench.plan.calibrate import calibrate  # noqa: E402
 from llmbench.plan.handover import handover_steps  # noqa: E402
+from llmbench.plan.loop_overhead import loop_overhead  # noqa: E402
 from llmbench.plan.planner import PlanRequest, catalog_replica  # noqa: E402
 from llmbench.plan.request_spread import RequestSpread  # noqa: E402
 from llmbench.plan.simulator import simulate  # noqa: E402
@@ -124,11 +125,16 @@ def _row(name: str, real: dict, sim: dict, spread: dict, tally: list) -> str:
 @click.option("--step-jitter/--no-step-jitter", default=False, show_default=True,
               help="Every replayed step gets one of the calibration's decode-only gap offsets added (tail term "
                    "`step jitter`).")
+@click.option("--loop-overhead-from", default=None,
+              help="FOLDER:label,... of closed loops the server timed (`server_timings.py`): every replayed loop "
+                   "request carries their mean client-over-server TTFT less the calibration runs' (tail term `loop "
+                   "overhead`).")
 @click.option("--request-spread/--no-request-spread", default=False, show_default=True,
               help="Open-loop replays carry the calibration's request-to-request spread (tail term `request "
                    "spread`).")
 def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: str | None,
-         concurrency_on: str | None, per_sequence: bool, request_spread: bool, step_jitter: bool) -> None:
+         concurrency_on: str | None, per_sequence: bool, request_spread: bool, step_jitter: bool,
+         loop_overhead_from: str | None) -> None:
     if model is None:
         from bundled.modelbuild import build_model
 
@@ -144,6 +150,17 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
     sim_model = cal.apply(rep.setup.model)
     shape = dataclasses.replace(rep.setup.shape, client_overhead=cal.request_overhead, step_jitter=cal.step_jitter)
     spread = cal.spread if request_spread else None
+    if loop_overhead_from:
+        where, loops = _split(loop_overhead_from)
+        timed = [r for r in load_results(folder) if r["label"] in labels] + [
+            r for r in load_results(where) if r["label"] in loops]
+        extra = loop_overhead(timed)
+        if extra is None:
+            raise click.UsageError(f"{loop_overhead_from}: no closed loop and open rate whose server timed its "
+                                   "requests")
+        shape = dataclasses.replace(shape, loop_overhead=extra)
+        print(f"loop overhead: {extra * 1000:.1f} ms (client over server TTFT, {', '.join(loops)} less the "
+              "calibration runs')")
     print(f"machine: {describe_machine()}; {cal.describe()}" + (f"; {spread.describe()}" if spread else ""))
     print(f"{'run':<22}" + "".join(f"{k + ' meas/sim':>28}{'err':>8}" for k in KEYS))
     errors = {k: [] for k in KEYS}

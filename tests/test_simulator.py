@@ -2,6 +2,7 @@
 the tail terms that live in its schedule (a closed loop's opening burst, each prompt's own causal attention)."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -115,6 +116,35 @@ def test_a_closed_loops_next_request_waits_out_the_step_in_progress():
     same_step = simulate(None, prompts, outputs, _PrefillClock(), EngineShape(64, 4096, 10**6, 16, burst_ingest=0.0),
                          concurrency=2)
     np.testing.assert_allclose(same_step.ttft[2], 0.11)
+
+
+def test_a_loop_overhead_is_carried_by_every_closed_loop_request_and_no_open_one():
+    """Tail term `loop overhead` (llmbench/plan/loop_overhead.py): 26 ms more outside the server's clock for each
+    request of a closed loop, on its TTFT and E2E; the engine's timeline and an open loop's figures are as they
+    were."""
+    prompts, outputs = np.array([100, 100, 100]), np.array([3, 20, 2])
+    base = EngineShape(64, 4096, 10**6, 16)
+    plain = simulate(None, prompts, outputs, _PrefillClock(), base, concurrency=2)
+    loop = simulate(None, prompts, outputs, _PrefillClock(), replace(base, loop_overhead=0.026), concurrency=2)
+    np.testing.assert_allclose(loop.ttft, plain.ttft + 0.026)
+    np.testing.assert_allclose(loop.e2el, plain.e2el + 0.026)
+    np.testing.assert_allclose(loop.tpot_all, plain.tpot_all)
+    arrivals = np.array([0.0, 0.05, 0.3])
+    open_plain = simulate(arrivals, prompts, outputs, _PrefillClock(), base)
+    open_loop = simulate(arrivals, prompts, outputs, _PrefillClock(), replace(base, loop_overhead=0.026))
+    np.testing.assert_allclose(open_loop.ttft, open_plain.ttft)
+
+
+def test_the_loop_overhead_is_the_loops_gap_over_the_servers_clock_less_the_open_rates():
+    from llmbench.plan.loop_overhead import loop_overhead
+
+    runs = [{"request_rate": 0.5, "max_concurrency": None, "client_over_server_ttft_ms": 5.0},
+            {"request_rate": 1.0, "max_concurrency": None, "client_over_server_ttft_ms": 7.0},
+            {"request_rate": float("inf"), "max_concurrency": 4, "client_over_server_ttft_ms": 32.0},
+            {"request_rate": float("inf"), "max_concurrency": 12}]  # not timed by the server: left out
+    assert loop_overhead(runs) == pytest.approx(0.026)
+    assert loop_overhead(runs[:2]) is None and loop_overhead(runs[2:]) is None
+    assert loop_overhead([runs[2] | {"client_over_server_ttft_ms": 1.0}, runs[0]]) == 0.0
 
 
 def test_without_context_chunking_a_prompt_joins_a_step_only_whole():

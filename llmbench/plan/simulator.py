@@ -11,7 +11,9 @@ arrives after its prefill step. Tail term `burst ingest`: a closed loop's openin
 request at a time (the API server takes them in turn), so the engine's first step carries the first request alone
 and the others wait it out, which sets the P99 TTFT of a loop of a few hundred requests. Tail term `loop
 turnaround`: the request a client sends when its last one finished reaches the engine the same `burst_ingest`
-later, after the engine has begun its next step, so it waits that step out. Tail term `front-end ingest`
+later, after the engine has begun its next step, so it waits that step out. Tail term `loop overhead`
+(loop_overhead.py; 0 unless measured): a closed loop's requests spend that many seconds more outside the server's own
+clock than an open loop's, counted in their TTFT and E2E. Tail term `front-end ingest`
 (ingest.py): an open loop's requests reach the engine when the API server has parsed and rendered them, their
 latencies counted from the send. Time advances by a
 step-time model, so P99s come out of the queueing itself rather than a formula.
@@ -178,7 +180,8 @@ def simulate(arrivals: np.ndarray | None, prompts: np.ndarray, outputs: np.ndarr
                     r.delivered, r.last_delivery = r.generated, now
     kept = [i for i, r in enumerate(reqs) if not math.isnan(r.finish)]
     done = [reqs[i] for i in kept]
-    over = shape.client_overhead + (waited[kept] if waited is not None else 0.0)
+    over = (shape.client_overhead + (waited[kept] if waited is not None else 0.0)
+            + (shape.loop_overhead if concurrency is not None else 0.0))
     ttft = np.array([r.first - r.arrival for r in done]) + over
     e2el = np.array([r.finish - r.arrival for r in done]) + over
     tpot_all = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else 0.0 for r in done])
