@@ -7,7 +7,10 @@ it follows the closed loop (a request sent the moment its predecessor's stream e
 engine's timeline does not hold it: a delay of the request's arrival shorter than the step in progress (about 30
 ms in that loop of 12) is absorbed by the wait for the step boundary and leaves the TTFT as it was. So the term is
 additive: every request of a closed loop carries the loops' mean client-over-server TTFT less the open rates',
-measured on runs whose server timed exactly their requests (`server_timings.py`).
+measured on runs whose server timed exactly their requests (`server_timings.py`). Not in any default: in its
+registered round (Z12: a loop of 4 beside the calibration rates, D 26.1 ms) it scored 14 of 16 within 15 % as the
+replay did, median |error| 7.86 % against 7.42 %; that round's replay had the loop of 12's median TTFT at -5 %
+already (-22 % in Z11, -12 % in T12). `foreign_calibration.py --loop-overhead-from` asks for it.
 """
 
 from __future__ import annotations
