@@ -27,6 +27,8 @@ def summary(points: list[dict], timed: int, client_means_ms: dict[str, float]) -
     server timed exactly the run's `timed` requests; a note where it timed another number."""
     out: dict = {}
     notes = []
+    if timed <= 0:  # nothing measured to set beside the server's clock
+        return out, None
     for figure in sorted(set(TIMINGS.values())):
         seen = [p for p in points if f"server_{figure}_count" in p]
         if len(seen) < 2:

@@ -53,3 +53,4 @@ def test_a_server_that_timed_other_requests_too_gives_no_means_and_says_so():
 def test_a_server_without_latency_histograms_gives_nothing():
     assert summary([{"t": 0, "running": 1.0}, {"t": 1, "running": 2.0}], 10, {"ttft": 41.0}) == ({}, None)
     assert summary(_points([3], [0.1]), 3, {"ttft": 41.0}) == ({}, None)  # one scrape: no difference to take
+    assert summary(_points([0, 2], [0.0, 0.1]), 0, {}) == ({}, None)  # a run that completed nothing: nothing to say
