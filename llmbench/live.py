@@ -127,7 +127,8 @@ def _server_clock(row: dict) -> str:
     own = row.get("server_mean_ttft_ms")
     if own is None or row.get("client_over_server_ttft_ms") is None:
         return ""
-    return f"; the server's own mean TTFT {own:.0f} ms, the client's {row['client_over_server_ttft_ms']:+.0f} ms over it"
+    over = row["client_over_server_ttft_ms"]
+    return f"; the server's own mean TTFT {own:.0f} ms, the client's {over:+.0f} ms over it"
 
 
 def _sessions(s: dict | None) -> str:

@@ -112,14 +112,19 @@ def run_pauses(steps: list[dict], model: StepModel) -> list[tuple[float, float]]
         holding = before is not None and before.get("num_running", 0) + before.get("num_waiting", 0) > 0
         if holding and start - before["time"] > STALL:
             pauses.append((before["time"] - t0, start - before["time"]))
-        if _rows([s]) and _paused(s, model):
-            pauses.append((start - t0, s["step_seconds"] - _modelled(s, model)))
+        lost = _lost(s, model)
+        if lost:
+            pauses.append((start - t0, lost))
     return pauses
 
 
-def _paused(s: dict, model: StepModel) -> bool:
+def _lost(s: dict, model: StepModel) -> float:
+    """Seconds a step of work took past its fit where that makes it a pause (0.0 where it does not)."""
+    if not _rows([s]):
+        return 0.0
     modelled = _modelled(s, model)
-    return s["step_seconds"] - modelled > STALL and s["step_seconds"] > PAUSE_RATIO * modelled
+    paused = s["step_seconds"] - modelled > STALL and s["step_seconds"] > PAUSE_RATIO * modelled
+    return s["step_seconds"] - modelled if paused else 0.0
 
 
 def window_ratios(steps: list[dict], model: StepModel, window: float = WINDOW_S, min_busy: float = 0.0
@@ -154,7 +159,7 @@ def run_swings(runs: list[list[dict]], model: StepModel) -> list[float]:
 
 def swing_windows(steps: list[dict], model: StepModel) -> tuple[float, ...]:
     """The windows `run_swings` compares."""
-    return window_ratios([s for s in steps if not _paused(s, model)], model, min_busy=0.1)
+    return window_ratios([s for s in steps if not _lost(s, model)], model, min_busy=0.1)
 
 
 def fit_drift(runs: list[list[dict]], model: StepModel, window: float = WINDOW_S, block: int = BLOCK_WINDOWS

@@ -18,7 +18,7 @@ class EngineShape:
     scheduler_steps: int = 1
     reserve_output: bool = False  # TensorRT-LLM's GUARANTEED_NO_EVICT: admit only with blocks for the whole output
     burst_ingest: float = 0.001  # seconds for a closed loop's request to reach the engine after the one before it
-    loop_overhead: float = 0.0  # seconds more outside the server's clock a closed loop's request spends (`loop overhead`)
+    loop_overhead: float = 0.0  # more seconds outside the server's clock, each closed-loop request (`loop overhead`)
     ingest_cost: float = 0.0  # the API server's seconds a request (tail term `front-end ingest`; 0: none)
     ingest_parse_share: float = 0.0  # the share of them spent before it can be rendered (`front-end ingest`)
     whole_prompts: bool = False  # TensorRT-LLM without chunked context: a prompt joins a step only whole

