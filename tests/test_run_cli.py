@@ -176,6 +176,10 @@ def test_embedded_engine_and_results_api(tmp_path, tiny_model):
     assert 0 < results[0]["server_mean_ttft_ms"] <= results[0]["mean_ttft_ms"] + 0.5
     assert results[0]["client_over_server_ttft_ms"] >= -0.5 and results[0]["client_over_server_e2el_ms"] >= -0.5
     assert "the server's own mean TTFT" in r.output
+    from llmbench.report.html import build_report
+
+    page = build_report([out], tmp_path / "report.html").read_text()
+    assert "The server's own clock" in page and f"{results[0]['server_mean_ttft_ms']:,.1f}" in page
 
 
 @pytest.mark.parametrize("signals", [("SIGINT", "SIGINT"), ("SIGTERM",)])  # a second Ctrl-C covers the first

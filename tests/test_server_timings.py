@@ -55,3 +55,15 @@ def test_a_server_without_latency_histograms_gives_nothing():
     assert summary([{"t": 0, "running": 1.0}, {"t": 1, "running": 2.0}], 10, {"ttft": 41.0}) == ({}, None)
     assert summary(_points([3], [0.1]), 3, {"ttft": 41.0}) == ({}, None)  # one scrape: no difference to take
     assert summary(_points([0, 2], [0.0, 0.1]), 0, {}) == ({}, None)  # a run that completed nothing: nothing to say
+
+
+def test_the_report_sets_the_servers_clock_beside_the_clients_only_for_rates_it_timed():
+    from llmbench.report.html import server_clock_rows
+
+    timed = {"label": "rate-1", "server_timed_ttft": 10, "server_mean_ttft_ms": 150.0, "mean_ttft_ms": 157.5,
+             "client_over_server_ttft_ms": 7.5, "server_mean_e2el_ms": 5000.0, "mean_e2el_ms": 5006.0,
+             "client_over_server_e2el_ms": 6.0}
+    shared = {"label": "rate-2", "server_timed_ttft": 13, "mean_ttft_ms": 160.0}  # the server timed another client too
+    assert server_clock_rows([timed, shared]) == [["rate-1", "10", "150.0", "157.5", "7.5", "5,000.0", "5,006.0",
+                                                   "6.0"]]
+    assert server_clock_rows([shared]) == []

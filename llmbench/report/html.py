@@ -87,6 +87,18 @@ def summary_rows(results: list[dict], slos: dict[str, float], metrics: tuple[str
     return rows
 
 
+def server_clock_rows(results: list[dict]) -> list[list[str]]:
+    """Per rate, the server's own mean TTFT and E2E beside the client's (server_timings.py), for the rates whose
+    server timed exactly the requests the run measured; none where no rate has them."""
+    rows = []
+    for r in results:
+        if r.get("client_over_server_ttft_ms") is None:
+            continue
+        rows.append([r["label"], _fmt(r.get("server_timed_ttft")), _fmt(r["server_mean_ttft_ms"]),
+                     _fmt(r.get("mean_ttft_ms")), _fmt(r["client_over_server_ttft_ms"]),
+                     _fmt(r.get("server_mean_e2el_ms")), _fmt(r.get("mean_e2el_ms")),
+                     _fmt(r.get("client_over_server_e2el_ms"))])
+    return rows
 
 
 def tail_warning(result: dict, slos: dict[str, float], attainment: float = 0.99) -> str | None:
@@ -163,6 +175,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
         warnings = [w for r in results if (w := tail_warning(r, slos, slo.attainment))]
         sections.append({
             "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos, metrics),
+            "server_clock": server_clock_rows(results),
             "knee": knees[name], "answer": answers[name][0], "warnings": warnings,
             "cdf": plots.cdfs(frame) if not frame.empty else None,
             "lengths": plots.length_histograms(frame) if not frame.empty else None,
