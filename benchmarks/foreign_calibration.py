@@ -55,7 +55,8 @@ def _measured(folder: Path, labels: str | list[str]):
 
 def _figures(ttft: np.ndarray, tpot: np.ndarray) -> dict:
     return {"median_ttft_ms": np.percentile(ttft, 50) * 1000, "p99_ttft_ms": np.percentile(ttft, 99) * 1000,
-            "median_tpot_ms": np.percentile(tpot, 50) * 1000, "p99_tpot_ms": np.percentile(tpot, 99) * 1000}
+            "median_tpot_ms": np.percentile(tpot, 50) * 1000, "p99_tpot_ms": np.percentile(tpot, 99) * 1000,
+            "mean_ttft_ms": ttft.mean() * 1000}
 
 
 def _replay(ok, model, shape, concurrency: int | None = None, spread: RequestSpread | None = None) -> dict:
@@ -177,6 +178,7 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
                 errors[k].append(abs((sim[k] - real[k]) / real[k]))
             print(_row(_name(where, label, runs), real, sim, _spread(ok), tally))
             _blocks(ok)
+            _server_clock([results[r] for r in runs], real, sim, shape.client_overhead)
             _stalls([results[r] for r in runs])
             _handover(where, runs)
     if concurrency_on:
@@ -186,6 +188,8 @@ def main(calibrate_on: str, predict_on: tuple[str, ...], gpu_spec: str, model: s
         real, sim = _real(ok), _replay(ok, sim_model, shape, int(result["max_concurrency"]), spread)
         print(_row(_name(where, names[0], names), real, sim, _spread(ok), tally))
         _blocks(ok)
+        _server_clock([r for r in load_results(where) if r["label"] in names], real, sim,
+                      shape.client_overhead + shape.loop_overhead)
         _stalls([r for r in load_results(where) if r["label"] in names])
         _handover(where, names, int(result["max_concurrency"]))
     print("median |error| over the open rates: " + ", ".join(f"{k} {np.median(v):.0%}" for k, v in errors.items()))
@@ -208,6 +212,20 @@ def _blocks(ok) -> None:
     if ok["label"].nunique() > 1:
         print("  each run's median TPOT, ms: " + ", ".join(
             f"{run['tpot'].median() * 1000:.1f}" for _, run in ok.groupby("label", sort=False)))
+
+
+def _server_clock(runs: list[dict], real: dict, sim: dict, overhead_s: float) -> None:
+    """The mean TTFT by the server's own clock (server_timings.py) beside the client's and the replay's, the
+    replay's less the calibration's request overhead: whether a miss is the engine's (replay against the server's
+    clock) or the front end's (client against server). Said only where every run's server timed its requests."""
+    if not runs or any(r.get("client_over_server_ttft_ms") is None for r in runs):
+        return
+    timed = sum(r["server_timed_ttft"] for r in runs)
+    server = sum(r["server_mean_ttft_ms"] * r["server_timed_ttft"] for r in runs) / timed
+    engine = sim["mean_ttft_ms"] - overhead_s * 1000
+    print(f"  mean TTFT, ms: the client's {real['mean_ttft_ms']:.1f}, the server's own {server:.1f} (client "
+          f"{real['mean_ttft_ms'] - server:+.1f}); the replay's {sim['mean_ttft_ms']:.1f}, less its request overhead "
+          f"{engine:.1f} ({engine / server - 1:+.0%} on the server's clock)")
 
 
 def _stalls(runs: list[dict]) -> None:

@@ -296,6 +296,19 @@ def test_foreign_calibration_pools_a_rates_runs_each_replayed_on_its_own(tmp_pat
     assert module._real(ok)["median_ttft_ms"] == pytest.approx(np.median(ok["ttft"]) * 1000)
 
 
+def test_foreign_calibration_sets_the_replay_on_the_servers_own_clock(benchmark_script, capsys):
+    """Pooled runs' server means weighted by the requests each timed; the replay's engine part is its mean TTFT
+    less the request overhead it was given; nothing said where a run's server did not time its own requests."""
+    module = benchmark_script("foreign_calibration")
+    runs = [{"server_timed_ttft": 30, "server_mean_ttft_ms": 100.0, "client_over_server_ttft_ms": 6.0},
+            {"server_timed_ttft": 10, "server_mean_ttft_ms": 140.0, "client_over_server_ttft_ms": 8.0}]
+    module._server_clock(runs, {"mean_ttft_ms": 117.0}, {"mean_ttft_ms": 125.0}, 0.015)
+    line = capsys.readouterr().out
+    assert "the server's own 110.0 (client +7.0)" in line and "less its request overhead 110.0 (+0% " in line
+    module._server_clock(runs + [{"server_timed_ttft": 13}], {"mean_ttft_ms": 117.0}, {"mean_ttft_ms": 125.0}, 0.0)
+    assert capsys.readouterr().out == ""
+
+
 def test_replays_start_each_request_when_it_was_sent_not_when_it_was_scheduled(tmp_path, benchmark_script):
     """A client that fell behind (7 sends held 1.6 s, then sent at once) sent the server a burst; TTFT is timed
     from the send, so the replay must send that burst too, not the smooth schedule. Records without send times
