@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from llmbench import cli_options, cli_timeline
+from llmbench.plan import this_cpu
 
 MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-throughput, --max-concurrency-under "
          "SLO, or none (SLO capacity)")
@@ -40,9 +41,10 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
                    "has its registered round).")
 @cli_options.add(cli_options.SLO_FLAGS)
 @click.option("--gpu", help="Catalog GPU (aliases and any case accepted; default H100-SXM without --results).")
-@click.option("--gpu-spec", type=click.Path(exists=True, dir_okay=False),
+@click.option("--gpu-spec", callback=lambda _ctx, _param, value: _spec_path(value),
               help="JSON describing another device: name, memory_gb, bandwidth_gb_s, bf16_tflops; optional "
-                   "fp8_tflops, link, family, price_per_hour, cuda_graphs (default false).")
+                   "fp8_tflops, link, family, price_per_hour, cuda_graphs (default false). 'this-cpu': this "
+                   "machine's CPU, measured and written beside the plan (a server that ran on it).")
 @click.option("--model", help="Catalog model or a config.json path (default llama-3.1-8b without --results; with "
                                "them, the served checkpoint's config.json when it is on this machine).")
 @click.option("--weight-dtype", type=click.Choice(["bf16", "fp8", "int8", "int4", "mxfp4"]),
@@ -119,6 +121,10 @@ def plan_command(ctx: click.Context, **o) -> None:
     if o["step_jitter"] is not None and not o["results"]:
         raise click.UsageError("--step-jitter is the spread a calibration measures on a sweep: give --results")
     results = _readable(Path(o["results"])) if o["results"] else None
+    beside = results if results and results == Path(o["results"]) else None  # never into an imported copy
+    path = Path(o["out"]) if o["out"] else (beside / "plan.json" if beside else Path("plan.json"))
+    if o["gpu_spec"] == this_cpu.THIS_CPU:
+        o["gpu_spec"] = _this_cpu(results, path.parent / "this_cpu.json")
     measured = measured_dtypes(results) if results else {}
     knobs = {k: o[k] for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size",
                                "max_model_len", "api_server_count", "long_prefill_token_threshold")
@@ -152,8 +158,6 @@ def plan_command(ctx: click.Context, **o) -> None:
         plan = cli_timeline.plan_timeline(o, request, make_plan) if o["timeline"] else make_plan(request)
     except (PlanError, SLOError, DatasetError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    beside = results if results and results == Path(o["results"]) else None  # never into an imported copy
-    path = Path(o["out"]) if o["out"] else (beside / "plan.json" if beside else Path("plan.json"))
     path.write_text(json.dumps(plan, indent=2, default=float))
     print_plan(plan)
     if "policies" in plan:
@@ -163,6 +167,29 @@ def plan_command(ctx: click.Context, **o) -> None:
         from llmbench.report.plan_page import write_plan_page
 
         click.echo(f"page: {write_plan_page(plan, path.with_suffix('.html'))}")
+
+
+def _spec_path(value: str | None) -> str | Path | None:
+    """--gpu-spec: a device file that exists, or 'this-cpu' (measured once the plan's folder is known)."""
+    if value is None or value == this_cpu.THIS_CPU:
+        return value
+    if not Path(value).is_file():
+        raise click.BadParameter(f"{value!r} is not a file (a device JSON, or '{this_cpu.THIS_CPU}')",
+                                 param_hint="--gpu-spec")
+    return Path(value)
+
+
+def _this_cpu(results: Path | None, where: Path) -> Path:
+    """This machine's CPU measured into `where`, after checking that a sweep planned on it was served by it."""
+    if results is not None:
+        from llmbench.results import load_metadata
+
+        try:
+            this_cpu.check_sweep(load_metadata(results))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--gpu-spec") from None
+    click.echo(f"note: measuring this machine's CPU for --gpu-spec {this_cpu.THIS_CPU} (a few seconds)", err=True)
+    return this_cpu.spec_file(where)
 
 
 def _readable(path: Path) -> Path:

@@ -43,6 +43,15 @@ def test_calibration_on_any_servers_sweep(scripted, tmp_path, tiny_model):
     tpot = next(f["value"] for f in moved["figures"] if f["name"] == "P50 TPOT" and f["label"] != "measured")
     assert tpot < 0.5 * sim["P50 TPOT"]  # 16x the bandwidth of an L4, same efficiency scale
     assert any("transferred from the sweep on L4 TP1" in note for note in moved["estimates"])
+    # the server ran on this machine: its CPU measured as the device, written beside the plan, nothing transferred
+    r = CliRunner().invoke(main, ["plan", "--results", str(out), "--at-rate", "4", "--model", "qwen2.5-0.5b",
+                                  "--gpu-spec", "this-cpu", "--no-search"])
+    assert r.exit_code == 0, r.output
+    spec = json.loads((out / "this_cpu.json").read_text())
+    assert spec["name"].startswith("this CPU (") and spec["bandwidth_gb_s"] > 0.1 and spec["bf16_tflops"] > 1e-4
+    here = json.loads((out / "plan.json").read_text())
+    assert f"(the sweep on {out / 'this_cpu.json'} TP1)" in here["setup"]["step_model"]
+    assert any(note.startswith("calibrated on the sweep on") and "catalog" not in note for note in here["estimates"])
 
 
 def test_a_calibration_whose_own_runs_disagree_says_so(scripted, tmp_path, tiny_model):

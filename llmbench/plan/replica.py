@@ -157,7 +157,8 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
     rep.setup = replace(rep.setup, model=model, shape=shape, spread=cal.spread if req.request_spread else None)
     rep.calibrated_in_flight = _in_flight(Path(req.results))
     on = f"{measured_req.gpu_spec or measured_req.gpu} TP{measured.tp}"
-    rep.how += f"; {cal.describe()} on {on}" + (f"; {rep.setup.spread.describe()}" if rep.setup.spread else "")
+    rep.how += f"; {cal.describe()} (the sweep on {on})" + (f"; {rep.setup.spread.describe()}" if rep.setup.spread
+                                                             else "")
     rep.label = "simulated (calibrated)"
     if cal.far:
         rep.notes.append(f"the sweep's server took x{cal.scale:.3g} the GPU time the priors give {on}: far from "
@@ -168,13 +169,17 @@ def calibrated_replica(req: PlanRequest, work: Workload) -> Replica:
                          "step model line): the server's speed moved between them more than the load explains (a "
                          "shared or throttled host?), so predictions from it are no finer than that; sweep again "
                          "on a quiet server")
-    rep.notes.append(f"transferred from the sweep on {on}: the GPU-time scale (x{cal.scale:.2f} on this GPU's own "
-                     f"priors), the per-request overhead ({cal.request_overhead * 1000:.1f} ms)"
+    moved = rep is not measured
+    own_pool = "kv_source" in rep.memory
+    rep.notes.append(f"{'transferred from' if moved else 'calibrated on'} the sweep on {on}: the GPU-time scale "
+                     f"(x{cal.scale:.2f} on this GPU's own priors), the per-request overhead "
+                     f"({cal.request_overhead * 1000:.1f} ms)"
                      + (f" and the cost per sequence a step (+{cal.seq_overhead * 1e6:.0f} µs)"
                         if cal.seq_overhead else "")
-                     + ("; the KV pool is the server's own; memory, " if "kv_source" in rep.memory else
-                        "; memory, KV capacity, ")
-                     + "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about")
+                     + ("; the KV pool is the server's own" if own_pool else "")
+                     + (("; memory, " if own_pool else "; memory, KV capacity, ")
+                        + "bandwidth, FLOP/s and interconnect are the catalog's for the GPU and TP asked about"
+                        if moved else ""))
     return rep
 
 
