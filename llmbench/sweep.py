@@ -135,7 +135,8 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
         try:
             if plan.auto_window:
                 plan.workload.duration = MIN_WINDOW
-                _probe(plan, target, tokenizer, view)
+                # where the cache cannot be reset, the first rate must not find the probe's prompts in it
+                outcome.sent.update(_prompt_key(r) for r in _probe(plan, target, tokenizer, view))
             for index, rate in enumerate(plan.rates):
                 if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
                     break
@@ -303,9 +304,10 @@ def _too_short_to_trust(plan: SweepPlan, row: dict) -> bool:
                 and (row.get("window_s") or 0) < plan.workload.duration)
 
 
-def _probe(plan: SweepPlan, target: Target, tokenizer, view: View) -> None:
+def _probe(plan: SweepPlan, target: Target, tokenizer, view: View) -> list[datasets.Request]:
     """A few requests at once before the first rate: how long the server takes per request, so the first
-    window is long enough to see past the ramp (guidellm probes a synchronous rate first, for the same end)."""
+    window is long enough to see past the ramp (guidellm probes a synchronous rate first, for the same end).
+    Returns the requests it sent."""
     requests, _ = datasets.build(plan.workload.dataset, tokenizer, PROBE_REQUESTS, plan.workload.seed,
                                  **plan.workload.options)
     cfg = _run_config(plan, target, math.inf)
@@ -317,6 +319,7 @@ def _probe(plan: SweepPlan, target: Target, tokenizer, view: View) -> None:
     if e2e:
         _widen(plan, float(sorted(e2e)[len(e2e) // 2]), f"the P50 E2E of {len(requests)} probe requests at once",
                view)
+    return requests
 
 
 def _widen(plan: SweepPlan, median_e2e: float, source: str, view: View) -> None:

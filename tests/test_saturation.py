@@ -4,6 +4,7 @@ from the latency measured first."""
 
 import json
 
+import requests
 from click.testing import CliRunner
 
 from llmbench import metrics, saturation, sweep
@@ -62,6 +63,11 @@ def test_the_default_sweep_sizes_its_window_from_the_probe(scripted, tmp_path, t
     assert 6 * 0.6 <= first["window_s"] <= 6 * 1.3 and first["completed"] == int(4 * first["window_s"])
     assert not first["saturated"] and second["saturated"]
     assert r.output.strip().splitlines()[-1].startswith("sustains 4")
+    # the server's prefix cache cannot be dropped: the first rate sends none of the probe's prompts again
+    truth = requests.get(server.url + "/truth", timeout=10).json()
+    assert len(truth) == 8 + first["completed"] + second["completed"] + second.get("failed", 0)
+    keys = [json.dumps(t["prompt"]) for t in truth]
+    assert not set(keys[:8]) & set(keys[8:])  # (vLLM's random draw itself may repeat a prompt: offsets collide)
 
 
 def test_widen_never_shrinks_and_is_capped(monkeypatch):
