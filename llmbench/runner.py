@@ -14,7 +14,7 @@ import aiohttp
 import numpy as np
 import uvloop
 
-from llmbench import client, client_stalls, metrics, server_timings
+from llmbench import client, client_stalls, metrics, prefix_reuse, server_timings
 from llmbench.datasets import Request
 from llmbench.records import RecordWriter, RequestRecord
 from llmbench.results import RunFiles
@@ -161,7 +161,7 @@ class Run:
         if stall_note:
             self.notes.append(stall_note)
         if scraper:
-            result |= spec_decode_summary(scraper.points)
+            result |= spec_decode_summary(scraper.points) | prefix_reuse.hit_rate(scraper.points)
             own, own_note = server_timings.summary(scraper.points, result["completed"], {
                 figure: result[f"mean_{figure}_ms"] for figure in ("ttft", "e2el") if f"mean_{figure}_ms" in result})
             result |= own

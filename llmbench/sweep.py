@@ -20,6 +20,7 @@ from llmbench import (
     client_stalls,
     datasets,
     metrics,
+    prefix_reuse,
     results,
     saturation,
     steady_state,
@@ -216,7 +217,8 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     if why_not and (not outcome.rows or outcome.rows[-1]["prefix_cache_reset"]):  # once, and when it stops working
         view.note(f"prefix cache not reset before each rate ({why_not}): " + (
             "each rate sends prompts no earlier rate sent (the same seeded draw, the ones already sent skipped), "
-            "so none finds its prompts cached" if fresh else
+            "so none finds another's prompts cached (an earlier command's may be: the server's own count says)"
+            if fresh else
             "a rate may find prompts an earlier one sent still cached, which flatters its TTFT"))
     if reused:
         view.note(f"{reused} of this rate's {len(requests)} prompts were sent by an earlier rate (the dataset holds "
@@ -228,6 +230,9 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         offsets = arrivals.send_offsets(requests, rate, plan.burstiness, plan.workload.seed)
         run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
     _honest_latency(plan, rate, run)
+    if cached := prefix_reuse.note(run.metrics, plan.workload.dataset in SAMPLED,
+                                   plan.reset_prefix_cache and why_not is None):
+        run.notes.append(cached)
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)
     body["saturated"] = None if run.interrupted or run.target_down else saturation.verdict(body, plan.max_failure_rate)
     body["interrupted"] = run.interrupted
