@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench import client_stalls
+from llmbench import client_stalls, prefix_reuse
 from llmbench.metrics import output_tokens, tpot
 from llmbench.records import read_records
 from llmbench.results import label_for, result_files
@@ -27,6 +27,7 @@ DEFAULT_TOLERANCES = {"p99_ttft": 0.10, "p99_tpot": 0.10, "output_throughput": 0
 THROUGHPUTS = ("output_throughput", "request_throughput", "total_token_throughput")
 STAT_RE = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|ttfo)$")
 REASONING_TOLERANCE = ("p99_ttfo", 0.10)  # gated by default when both runs streamed reasoning
+UNLIKE = 0.15  # shares of prompt tokens found cached this far apart make two runs unlike
 
 
 class GateInputError(ValueError):
@@ -320,6 +321,19 @@ class GateResult:
         return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else EXIT_PASS
 
 
+def _cache_unlike(label: str, base: Run, cur: Run) -> str | None:
+    """Runs whose server found very different shares of their prompts in its prefix cache (prefix_reuse.py) are
+    not like for like: a cache an earlier run left warm makes a TTFT look better than the code is."""
+    shares = [run.metrics.get("server_prefix_hit_rate") for run in (base, cur)]
+    known = [x for x in shares if x is not None]
+    if not known or max(known) < prefix_reuse.NOTABLE or (len(known) == 2 and abs(shares[0] - shares[1]) < UNLIKE):
+        return None
+    said = ", ".join(f"{share:.0%} of the {name}'s" for name, share in zip(("baseline run", "current run"), shares,
+                                                                              strict=True) if share is not None)
+    return (f"{label}: the server found {said} prompt tokens in its prefix cache: not like for like (a cache left "
+            "warm by an earlier run flatters TTFT and throughput; reset it or draw another --seed)")
+
+
 def compare(baseline: dict[str, Run], current: dict[str, Run], tolerances: dict[str, float],
             confidence: float = 0.95, rounds: int = 2000, seed: int = 0) -> GateResult:
     common = [label for label in current if label in baseline]
@@ -333,6 +347,7 @@ def compare(baseline: dict[str, Run], current: dict[str, Run], tolerances: dict[
         warnings.append(f"dataset differs: baseline {b0.dataset!r}, current {c0.dataset!r}")
     for label in sorted(set(baseline) ^ set(current)):
         warnings.append(f"{label} is only in the {'baseline' if label in baseline else 'current'} run")
+    warnings += [w for label in common if (w := _cache_unlike(label, baseline[label], current[label]))]
     if tolerances == DEFAULT_TOLERANCES and all("p99_ttfo_ms" in run.metrics for run in (b0, c0)):
         tolerances = dict([*tolerances.items(), REASONING_TOLERANCE])
     rng = np.random.default_rng(seed)
