@@ -59,6 +59,7 @@ class StreamParser:
         self.record, self.chat = record, chat
         self.pieces: list[str] = []
         self.last_usage = 0
+        self.tokenless = 0  # chunks that carry no token by the server's own count (a chat's role-only delta)
         self.thinking: bool | None = None  # inside a <think> block of the text; None: no text seen yet
         self.reasoning = 0
 
@@ -104,6 +105,8 @@ class StreamParser:
                 tokens = done - self.last_usage
                 self.last_usage = done
             self.record.chunk_tokens.append(tokens)
+            if not text and not thought and (tokens == 0 or (tokens is None and self.chat and "role" in holder)):
+                self.tokenless += 1  # vLLM's chat opens with a role-only delta: a chunk, timed, but no token
             if answer and self.record.first_output is None:
                 self.record.first_output = now
             elif not answer and (thought or reasoned):
@@ -136,10 +139,11 @@ class StreamParser:
 
     def finish(self, now: float) -> str:
         record = self.record
-        if record.output_tokens is not None and (record.output_tokens < len(record.chunk_times) or any(
+        if record.output_tokens is not None and (
+                record.output_tokens < len(record.chunk_times) - self.tokenless or any(
                 n is not None and n < 0 for n in record.chunk_tokens)):
-            # every chunk with choices carries a token: fewer tokens than chunks, or a count that went back, is
-            # a server's miscount; the chunks are counted instead
+            # every other chunk with choices carries a token: fewer tokens than those chunks, or a count that went
+            # back, is a server's miscount; the chunks are counted instead
             record.usage_ignored, record.output_tokens = True, None
             record.chunk_tokens = [None] * len(record.chunk_times)
         if record.chunk_times and not record.error:
