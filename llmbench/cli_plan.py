@@ -347,7 +347,10 @@ def print_plan(plan: dict) -> None:
     if point.get("simulated_requests"):
         asked = "as --num-prompts asked" if plan["setup"].get("exact_requests") else \
             "enough for a steady state; --num-prompts N simulates a run of N"
-        console.print(f"simulated: {point['simulated_requests']:,} requests ({asked})", highlight=False)
+        opening = point.get("opening_left_out")
+        past = (f" past the closed loop's opening burst of {opening}, left out of the figures (a benchmark's run "
+                "includes it)") if opening else ""
+        console.print(f"simulated: {point['simulated_requests']:,} requests{past} ({asked})", highlight=False)
     if point.get("p99_draws"):
         draws = point["p99_draws"]
         (t_low, t_high), (p_low, p_high) = draws["ttft"], draws["tpot"]

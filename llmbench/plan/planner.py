@@ -141,8 +141,10 @@ def answer(req: PlanRequest, rep: Replica, plan: dict, start_rate: float) -> Non
         figures.append(bands.figure("highest concurrency within the bound", most, "requests in flight", rep.label, None))
         figures += _latency_figures(point, rep) + _throughput_figures(point, rep, "per replica")
         plan["simulated"] = {"point": point, "max_concurrency": most, "replicas": fleet}
+        steady = (f", its opening burst of {most} left out (a run of a few hundred requests includes it: "
+                  "--num-prompts N simulates one)" if point.get("opening_left_out") else "")
         plan["answer"] = (f"one replica of {rep.tp} GPU(s) holds up to {most} requests in flight (closed loop) under "
-                          f"{req.slo.describe()}" + (f"; {most * fleet} on {where}" if fleet > 1 else "")
+                          f"{req.slo.describe()}{steady}" + (f"; {most * fleet} on {where}" if fleet > 1 else "")
                           + (f" (P99 band {bands.text(rep.band.get('p99', rep.band['latency']))}: a bound near the "
                              "edge moves the answer)" if b <= bands.WIDE_BAND else
                              " (P99 band wider than ±50 %: order of magnitude only — measure it)"))

@@ -103,7 +103,7 @@ def at_concurrency(setup: SimSetup, concurrency: int, slo: SLO | None = None) ->
         prompts, outputs = setup.work.sample(n + warm, np.random.default_rng(seed))
         res = simulate(None, prompts, outputs, setup.model, setup.shape, concurrency=concurrency)
         results.append(res.without_first(warm))
-    return _merge(results, slo) | {"concurrency": concurrency, "simulated_requests": n}
+    return _merge(results, slo) | {"concurrency": concurrency, "simulated_requests": n, "opening_left_out": warm}
 
 
 def max_throughput(setup: SimSetup, requests: int | None = None) -> dict:
