@@ -18,6 +18,7 @@ from llmbench import (
     __version__,
     arrivals,
     client_stalls,
+    context_fit,
     datasets,
     metrics,
     prefix_reuse,
@@ -139,7 +140,7 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
                 # where the cache cannot be reset, the first rate must not find the probe's prompts in it
                 outcome.sent.update(_prompt_key(r) for r in _probe(plan, target, tokenizer, view))
             for index, rate in enumerate(plan.rates):
-                if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
+                if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view, not fallback):
                     break
                 if _too_short_to_trust(plan, outcome.rows[-1]):
                     view.note(f"measuring {rate:g} req/s again over {plan.workload.duration:g} s: it met the SLO, but "
@@ -147,7 +148,8 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
                               f"({outcome.rows[-1]['kept_up']:.0%}) was the ramp or a backlog")
                     outcome.rows.pop()
                     results.clear_labels(plan.out, [outcome_label(plan, rate)])
-                    if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view):
+                    if not _measure_rate(plan, target, tokenizer, tokenizer_id, index, rate, outcome, view,
+                                         not fallback):
                         break
         except KeyboardInterrupt:  # between runs (a run itself ends cleanly on Ctrl-C, marked interrupted)
             outcome.interrupted = True
@@ -199,11 +201,15 @@ def _requests(workload: Workload, tokenizer, rate: float, sent: set[str]
 
 
 def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str, index: int, rate: float,
-                  outcome: SweepOutcome, view: View) -> bool:
-    """One rate: workload, schedule, run, result files. False when the sweep must stop here."""
+                  outcome: SweepOutcome, view: View, exact_tokenizer: bool = True) -> bool:
+    """One rate: workload, schedule, run, result files. False when the sweep must stop here. `exact_tokenizer`:
+    the lengths are counted with the served model's own tokenizer."""
     why_not = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else None
     fresh = why_not is not None and plan.workload.dataset in SAMPLED
     requests, info, reused = _requests(plan.workload, tokenizer, rate, outcome.sent if fresh else set())
+    too_long = context_fit.check(requests, target, exact_tokenizer)
+    if too_long:
+        view.note(too_long)
     if fresh:
         outcome.sent.update(_prompt_key(r) for r in requests)
     if index == 0:
