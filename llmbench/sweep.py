@@ -24,9 +24,12 @@ from llmbench import (
     prefix_reuse,
     results,
     saturation,
+    server_timings,
     steady_state,
 )
+from llmbench.locust_scrape import ServerWatch
 from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts
+from llmbench.scrape import spec_decode_summary
 from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
 
@@ -368,16 +371,22 @@ def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokeni
         limit = w.duration or 120.0
     else:  # the last send, then as long as a request may take: a burst queued for minutes is measured, not cut
         limit = (len(requests) / rate if math.isfinite(rate) else 0.0) + plan.request_timeout + 10.0
-    records, stalls, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit,
-                                                     plan.users)
+    headers = {"Authorization": f"Bearer {plan.api_key}"} if plan.api_key else None
+    with ServerWatch(target.base_url, files.engine_steps, headers) as watch:
+        records, stalls, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit,
+                                                         plan.users)
+    starts = [m["t0_wall"] for m in results.worker_metas(files.locust_dir)]
+    points = watch.write(files.server_metrics, min(starts) if starts else None)
     result = metrics.compute(records, None, plan.percentiles, plan.slo.bounds, math.inf if plan.users else rate)
     figures, stall_note = client_stalls.summary(records, stalls, plan.percentiles, plan.slo.bounds)
-    result |= figures
-    if stall_note:
-        notes.append(stall_note)
+    result |= figures | spec_decode_summary(points) | prefix_reuse.hit_rate(points)
+    own, own_note = server_timings.summary(points, result["completed"], {
+        figure: result[f"mean_{figure}_ms"] for figure in ("ttft", "e2el") if f"mean_{figure}_ms" in result})
+    result |= own
+    notes += [n for n in (stall_note, own_note) if n] + watch.notes
     notes.append(f"Locust transport: {plan.workers} local worker(s)")
     # a dead target shows as failed requests here (--max-failure-rate); a dead worker only loses its share
-    return (RunResult(records, result, notes, [], False, interrupted),
+    return (RunResult(records, result, notes, points, False, interrupted),
             {"engine": "locust", "locust_workers": plan.workers})
 
 

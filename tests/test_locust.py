@@ -33,6 +33,10 @@ def test_two_workers_match_native_and_truth(scripted, tmp_path, tiny_model):
     assert 60 <= loc["median_ttft_ms"] < 72 and 24 <= loc["median_itl_ms"] < 33
     records = read_records(tmp_path / "locust" / "rate-20.records.jsonl")
     assert {r.worker for r in records} == {"worker-0", "worker-1"} and len(records) == 200
+    # the server watched while Locust's processes sent the load, on the records' time base
+    points = [json.loads(line) for line in (tmp_path / "locust" / "rate-20.server_metrics.jsonl").read_text().splitlines()]
+    busy = [p["t"] for p in points if p.get("running")]
+    assert busy and min(r.start for r in records) - 1.5 <= min(busy) <= max(busy) <= max(r.end for r in records) + 1.5
     stats = (tmp_path / "locust" / "rate-20.locust_stats.csv").read_text()
     assert "TTFT" in stats and "TPOT" in stats and "E2E" in stats
     page = run("report", str(tmp_path / "locust"), "-o", str(tmp_path / "r.html"))
