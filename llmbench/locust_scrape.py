@@ -34,16 +34,24 @@ class ServerWatch:
 
     async def _watch(self) -> None:
         self._stop = asyncio.Event()
+        try:
+            await self._scrape()
+        except Exception as err:  # a server view lost costs the series, never the run
+            self.notes.append(f"the server could not be watched during the Locust run ({err!r})")
+        finally:
+            self._ready.set()
+
+    async def _scrape(self) -> None:
         async with aiohttp.ClientSession() as session:
             seen = await last_step(session, self.base_url, self.headers) if self.steps_out else -1
             self.wall0, t0 = time.time(), time.perf_counter()
             scraper = Scraper(session, self.base_url, None, t0, steps_out=self.steps_out, headers=self.headers,
                               last_step=seen)
+            self.points, self.notes = scraper.points, scraper.notes  # filled as it scrapes
             scraper.start()
             self._ready.set()
             await self._stop.wait()
             await scraper.stop()
-            self.points, self.notes = scraper.points, scraper.notes
 
     def __enter__(self) -> ServerWatch:
         self._thread.start()
