@@ -162,11 +162,9 @@ class Run:
         if stall_note:
             self.notes.append(stall_note)
         if scraper:
-            result |= spec_decode_summary(scraper.points) | prefix_reuse.hit_rate(scraper.points)
-            own, own_note = server_timings.summary(scraper.points, result["completed"], {
-                figure: result[f"mean_{figure}_ms"] for figure in ("ttft", "e2el") if f"mean_{figure}_ms" in result})
+            own, own_notes = server_figures(scraper.points, result)
             result |= own
-            self.notes += scraper.notes + ([own_note] if own_note else [])
+            self.notes += scraper.notes + own_notes
         self.notes += _stream_notes([r for r in self.records if r.success and not r.warmup], cfg.ignore_eos)
         if result["client_overloaded"] and not (self.target_down.is_set() or interrupted):
             self.notes.append(f"client overloaded: {result['client_overload_reason']} — figures may reflect the "
@@ -302,6 +300,14 @@ class Run:
         live = self.live
         self.on_progress(Progress(time.perf_counter() - self.t0, len(self.requests), self.num_dispatched,
                                   live["done"], live["failed"], live["tokens"], live["ttft"], live["tpot"]))
+
+
+def server_figures(points: list[dict], result: dict) -> tuple[dict, list[str]]:
+    """What the server's own /metrics say of a run (any transport): speculative acceptance, the prefix-cache
+    share, its own clock beside the client's means; and a note where its clock timed other requests."""
+    own, note = server_timings.summary(points, result["completed"], {
+        figure: result[f"mean_{figure}_ms"] for figure in ("ttft", "e2el") if f"mean_{figure}_ms" in result})
+    return spec_decode_summary(points) | prefix_reuse.hit_rate(points) | own, [note] if note else []
 
 
 def _stream_notes(ok: list[RequestRecord], ignore_eos: bool) -> list[str]:

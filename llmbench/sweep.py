@@ -24,12 +24,10 @@ from llmbench import (
     prefix_reuse,
     results,
     saturation,
-    server_timings,
     steady_state,
 )
 from llmbench.locust_scrape import ServerWatch
-from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts
-from llmbench.scrape import spec_decode_summary
+from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts, server_figures
 from llmbench.slo import SLO, Capacity, capacity
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
 
@@ -379,11 +377,9 @@ def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokeni
     points = watch.write(files.server_metrics, min(starts) if starts else None)
     result = metrics.compute(records, None, plan.percentiles, plan.slo.bounds, math.inf if plan.users else rate)
     figures, stall_note = client_stalls.summary(records, stalls, plan.percentiles, plan.slo.bounds)
-    result |= figures | spec_decode_summary(points) | prefix_reuse.hit_rate(points)
-    own, own_note = server_timings.summary(points, result["completed"], {
-        figure: result[f"mean_{figure}_ms"] for figure in ("ttft", "e2el") if f"mean_{figure}_ms" in result})
-    result |= own
-    notes += [n for n in (stall_note, own_note) if n] + watch.notes
+    own, own_notes = server_figures(points, result | figures)
+    result |= figures | own
+    notes += ([stall_note] if stall_note else []) + own_notes + watch.notes
     notes.append(f"Locust transport: {plan.workers} local worker(s)")
     # a dead target shows as failed requests here (--max-failure-rate); a dead worker only loses its share
     return (RunResult(records, result, notes, points, False, interrupted),
