@@ -10,18 +10,19 @@ sweep of the same seed found 75 % of its prompt tokens cached, and `llmbench gat
 
 from __future__ import annotations
 
+from llmbench.scrape import run_deltas
+
 NOTABLE = 0.25  # a chat template's shared preamble alone finds a block or two of a short prompt
 
 
 def hit_rate(points: list[dict]) -> dict:
     """`server_prefix_hit_rate`: the share of the run's prompt tokens the server found cached, between its first and
     last scrape; nothing where it does not count them or looked nothing up."""
-    seen = [p for p in points if "prefix_queries" in p and "prefix_hits" in p]
-    if len(seen) < 2:
+    deltas = run_deltas(points, "prefix_queries", "prefix_hits")
+    if not deltas or deltas[0] <= 0:
         return {}
-    queries = seen[-1]["prefix_queries"] - seen[0]["prefix_queries"]
-    hits = seen[-1]["prefix_hits"] - seen[0]["prefix_hits"]
-    return {"server_prefix_hit_rate": hits / queries} if queries > 0 else {}
+    queries, hits = deltas
+    return {"server_prefix_hit_rate": hits / queries}
 
 
 def note(result: dict, drawn: bool, cache_reset: bool) -> str | None:

@@ -11,8 +11,6 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmbench.server_timings import TIMINGS
-
 # vLLM / our engine, and SGLang's names for the same quantities
 SERIES = {
     "vllm:num_requests_running": "running",
@@ -28,6 +26,13 @@ SERIES = {
     "sglang:num_running_reqs": "running",
     "sglang:num_queue_reqs": "waiting",
     "sglang:token_usage": "kv_usage",
+}
+# latency histograms whose running sum and count are kept (server_timings.py sets them beside the client's)
+TIMINGS = {
+    "vllm:time_to_first_token_seconds": "ttft",
+    "vllm:e2e_request_latency_seconds": "e2el",
+    "sglang:time_to_first_token_seconds": "ttft",
+    "sglang:e2e_request_latency_seconds": "e2el",
 }
 
 
@@ -180,14 +185,20 @@ class Scraper:
                         file.close()
 
 
+def run_deltas(points: list[dict], *keys: str) -> list[float] | None:
+    """Each counter's increase over the run: its last scrape's value less its first, among the scrapes that carry
+    every key; None where fewer than two do (the server does not export them, or a scrape was missed)."""
+    seen = [p for p in points if all(k in p for k in keys)]
+    if len(seen) < 2:
+        return None
+    return [seen[-1][k] - seen[0][k] for k in keys]
+
+
 def spec_decode_summary(points: list[dict]) -> dict[str, float]:
     """Draft and accepted tokens over the run (counter deltas) and the acceptance rate α."""
-    seen = [p for p in points if "spec_draft_tokens" in p]
-    if len(seen) < 2:
-        return {}
-    drafted = seen[-1]["spec_draft_tokens"] - seen[0]["spec_draft_tokens"]
-    accepted = seen[-1].get("spec_accepted_tokens", 0.0) - seen[0].get("spec_accepted_tokens", 0.0)
-    if not drafted:
+    deltas = run_deltas(points, "spec_draft_tokens", "spec_accepted_tokens")
+    if not deltas or not deltas[0]:
         return {}  # no speculation on this target (or none during the run)
+    drafted, accepted = deltas
     return {"spec_draft_tokens": drafted, "spec_accepted_tokens": accepted,
-            "spec_acceptance_rate": accepted / drafted if drafted else float("nan")}
+            "spec_acceptance_rate": accepted / drafted}

@@ -13,12 +13,7 @@ run measured (another client on the server, or a scrape missed, and they are not
 
 from __future__ import annotations
 
-TIMINGS = {
-    "vllm:time_to_first_token_seconds": "ttft",
-    "vllm:e2e_request_latency_seconds": "e2el",
-    "sglang:time_to_first_token_seconds": "ttft",
-    "sglang:e2e_request_latency_seconds": "e2el",
-}
+from llmbench.scrape import TIMINGS, run_deltas
 
 
 def summary(points: list[dict], timed: int, client_means_ms: dict[str, float]) -> tuple[dict, str | None]:
@@ -30,11 +25,10 @@ def summary(points: list[dict], timed: int, client_means_ms: dict[str, float]) -
     if timed <= 0:  # nothing measured to set beside the server's clock
         return out, None
     for figure in sorted(set(TIMINGS.values())):
-        seen = [p for p in points if f"server_{figure}_count" in p]
-        if len(seen) < 2:
+        deltas = run_deltas(points, f"server_{figure}_count", f"server_{figure}_sum")
+        if deltas is None:
             continue
-        count = round(seen[-1][f"server_{figure}_count"] - seen[0][f"server_{figure}_count"])
-        total = seen[-1][f"server_{figure}_sum"] - seen[0][f"server_{figure}_sum"]
+        count, total = round(deltas[0]), deltas[1]
         out[f"server_timed_{figure}"] = count
         if count != timed or count <= 0:
             notes.append(f"{count} by its {figure.upper()} histogram")
