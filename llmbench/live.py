@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmbench.runner import Progress as RunProgress
-from llmbench.slo import SLO, Capacity, unpaced_sentence
+from llmbench.slo import SLO, Capacity, rate_unit, unpaced_sentence
 from llmbench.sweep import View
 from llmbench.target import Target
 
@@ -113,7 +113,7 @@ def row_line(row: dict) -> str:
     rate = row["request_rate"]
     attained = row.get("slo_attainment")
     slo = f", SLO met by {attained:.1%}" if attained is not None else ""
-    return (f"[{row['label']}] {rate if rate == 'inf' else format(rate, 'g')} req/s offered: completed "
+    return (f"[{row['label']}] {rate if rate == 'inf' else format(rate, 'g')} {rate_unit([row])} offered: completed "
             f"{row['completed']}, failed {row['failed']}, {_sent(row)}, kept up {fmt_cell(row.get('kept_up'), '{:.0%}')}, "
             f"output {row['output_throughput']:,.0f} tok/s, TTFT P50/P99 {row['median_ttft_ms']:.0f}/"
             f"{row['p99_ttft_ms']:.0f} ms, {_ttfo(row)}TPOT P50/P99 {row['median_tpot_ms']:.1f}/"
@@ -162,6 +162,8 @@ def _sent(row: dict) -> str:
         return f"sent {row['achieved_rate']:.2f}/s on the trace's own schedule"
     if row["request_rate"] == "inf":
         return "sent all at once" if not row.get("max_concurrency") else f"sent as {row['max_concurrency']} slots freed"
+    if row.get("sessions"):  # a rate opens conversations; their later turns follow the replies
+        return f"started {row['achieved_rate']:.2f} conversations/s"
     return f"sent {row['achieved_rate']:.2f}/s"
 
 

@@ -118,7 +118,8 @@ def compute(records: list[RequestRecord], duration: float | None = None,
     if (per_session := sessions(measured)) is not None:
         result["sessions"] = per_session
     result |= client_health(measured, percentiles, requested_rate)
-    result |= backlog(measured)
+    paced = requested_rate is not None and math.isfinite(requested_rate)
+    result |= backlog(measured, by_conversation=paced)
     failed = [r for r in measured if not r.success]
     result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in failed))
     result["failure_summary"] = failure_summary(failed) if failed else None
@@ -207,8 +208,27 @@ def shuffled_rises(starts: np.ndarray, e2e: np.ndarray, grid: np.ndarray, seed: 
     return slopes * (grid[-1] - grid[0])
 
 
-def backlog(measured: list[RequestRecord]) -> dict[str, float | bool | None]:
-    """Whether the server kept up while requests arrived, from what the client saw.
+def arrivals(measured: list[RequestRecord], by_conversation: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Send times, end times and output tokens of what arrives, and its name: each successful request, or with
+    `by_conversation` each conversation whose turns all succeeded (its opener's send to its last token, its turns'
+    tokens), for a multi-turn run at a rate: only the openers follow the rate, a later turn goes once the reply
+    before it is in, so a conversation is the unit that arrives."""
+    done = [r for r in measured if r.success and r.end > r.start and output_tokens(r)]
+    by: dict[str, list[RequestRecord]] = {}
+    for r in measured if by_conversation else ():
+        if r.conversation_id is not None:
+            by.setdefault(r.conversation_id, []).append(r)
+    if not any(len(turns) > 1 for turns in by.values()):
+        return (np.array([r.start for r in done]), np.array([r.end for r in done]),
+                np.array([output_tokens(r) for r in done], dtype=float), "requests")
+    whole = [t for t in by.values() if all(r.success for r in t) and any(r.turn == 0 for r in t)]
+    return (np.array([min(r.start for r in t) for t in whole]), np.array([max(r.end for r in t) for t in whole]),
+            np.array([sum(output_tokens(r) for r in t) for t in whole], dtype=float), "conversations")
+
+
+def backlog(measured: list[RequestRecord], by_conversation: bool = False) -> dict[str, float | bool | None]:
+    """Whether the server kept up while requests (or, `by_conversation`, conversations: `arrivals`) arrived, from
+    what the client saw.
 
     A server that keeps up holds about rate x latency requests in flight (Little's law), a level it reaches
     once its first arrivals start finishing: the ramp, taken as the P90 E2E of the first third's arrivals.
@@ -224,11 +244,9 @@ def backlog(measured: list[RequestRecord]) -> dict[str, float | bool | None]:
     rising in-flight count may be the ramp itself; `window_note` then says how long a window can tell."""
     out: dict[str, float | bool | None] = {"kept_up": None, "latency_growth": None, "in_flight_growth": None,
                                            "in_flight_rise_sigma": None, "ramp_s": None, "window_short": None}
-    done = [r for r in measured if r.success and r.end > r.start and output_tokens(r)]
-    if len(done) < 30:
+    starts, ends, tokens, unit = arrivals(measured, by_conversation)
+    if len(starts) < 30:
         return out
-    starts = np.array([r.start for r in done])
-    ends = np.array([r.end for r in done])
     first, last = float(starts.min()), float(starts.max())
     span = last - first
     if span <= 0:
@@ -241,13 +259,13 @@ def backlog(measured: list[RequestRecord]) -> dict[str, float | bool | None]:
     grid = np.linspace(cut, last, 40)
     flying = in_flight(starts, ends, grid)
     slope, intercept = np.polyfit(grid, flying, 1)
-    arrival_rate = len(done) / span
+    arrival_rate = len(starts) / span
     out["kept_up"] = float(1.0 - slope / arrival_rate)
     at_start, at_end = intercept + slope * cut, intercept + slope * last
     out["in_flight_growth"] = float(at_end / max(at_start, 1.0))
     null = shuffled_rises(starts, e2e, grid)
     out["in_flight_rise_sigma"] = float((at_end - at_start - null.mean()) / max(float(null.std()), 1.0))
-    per_token = e2e / np.array([output_tokens(r) for r in done], dtype=float)
+    per_token = e2e / tokens
     if out["window_short"]:  # the whole window's first and last thirds: a queue shows even in a short one
         earlier, later = per_token[starts < first + span / 3], per_token[starts >= first + 2 * span / 3]
     else:
@@ -257,7 +275,7 @@ def backlog(measured: list[RequestRecord]) -> dict[str, float | bool | None]:
         out["latency_growth"] = float(np.median(later) / max(np.median(earlier), 1e-9))
     if out["window_short"]:
         median = float(np.median(e2e))
-        out["window_note"] = (f"requests took {median:.1f} s (P50 E2E) against a {span:.1f} s arrival window: "
+        out["window_note"] = (f"{unit} took {median:.1f} s (P50) against a {span:.1f} s arrival window: "
                               "too short to tell a ramp from a backlog, so only a latency that grew with "
                               f"arrival time counts; --duration {window_for(median):.0f} (10x P50 E2E) can tell")
     return out
@@ -276,15 +294,16 @@ def meets(r: RequestRecord, slos: dict[str, float]) -> bool:
 
 def client_health(records: list[RequestRecord], percentiles: tuple[float, ...],
                   requested_rate: float | None) -> dict:
-    """Achieved vs requested rate and send lag. The client counts as overloaded only where it measurably
+    """Achieved vs requested rate (of conversations, in a multi-turn run) and send lag. The client counts as overloaded only where it measurably
     shaped the result: it sent short of the schedule, or a tenth of its sends were late by a material share
     of the latencies it measured (one stalled send in a hundred moves neither the offered load nor a P99)."""
     if not records:
         return {"requested_rate": requested_rate, "achieved_rate": 0.0, "client_overloaded": False}
     lags = [r.dispatched - r.scheduled for r in records]
     queue = [r.start - r.scheduled for r in records]
-    last = max(r.dispatched for r in records)
-    achieved = len(records) / last if last > 0 else math.inf
+    openers = [r for r in records if r.turn == 0] or records  # a later turn follows its reply, not the rate
+    last = max(r.dispatched for r in openers)
+    achieved = len(openers) / last if last > 0 else math.inf
     out = {"requested_rate": requested_rate, "achieved_rate": achieved}
     out |= stats_ms(lags, "send_lag", percentiles)
     out |= stats_ms(queue, "client_queue_time", percentiles)
@@ -292,7 +311,7 @@ def client_health(records: list[RequestRecord], percentiles: tuple[float, ...],
     ttfts = [r.ttft for r in records if r.success and r.ttft is not None]
     p50_ttft = float(np.median(ttfts)) * 1000 if ttfts else 0.0
     scheduled = requested_rate is not None and math.isfinite(requested_rate)  # at rate inf everything is "late"
-    behind = scheduled and len(records) > 10 and achieved < ACHIEVED_RATE_FLOOR * requested_rate
+    behind = scheduled and len(openers) > 10 and achieved < ACHIEVED_RATE_FLOOR * requested_rate
     late = p90_lag > max(SEND_LAG_LIMIT_MS, SEND_LAG_TTFT_SHARE * p50_ttft)
     out["p90_send_lag_ms"] = p90_lag
     out["client_overloaded"] = bool(scheduled and (behind or late))

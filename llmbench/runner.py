@@ -21,6 +21,7 @@ from llmbench.results import RunFiles
 from llmbench.scrape import Scraper, last_step, spec_decode_summary
 
 TOKEN_DISAGREEMENT = 0.02  # median |server - client| / client prompt tokens above this is said
+TEMPLATE_SPREAD = 2  # tokens: a server count over the client's by about the same number for every prompt is a template
 DEAD_TARGET_FAILURES = 10  # consecutive connection failures that end a run early
 DOWN_GRACE = 10.0  # seconds a request still waiting gets once the target is down, where no --read-timeout is set
 WARM_CONNECTIONS = 32
@@ -321,7 +322,12 @@ def _stream_notes(ok: list[RequestRecord], ignore_eos: bool) -> list[str]:
     counted = [(r.prompt_len, r.expected_prompt_len) for r in ok if r.expected_prompt_len and r.turn == 0]
     if counted:
         gap = float(np.median([abs(server - client) / client for server, client in counted]))
-        if gap > TOKEN_DISAGREEMENT:
+        extra = np.percentile([server - client for server, client in counted], [10, 50, 90])
+        if gap > TOKEN_DISAGREEMENT and extra[2] - extra[0] <= TEMPLATE_SPREAD and extra[1] > 0:
+            notes.append(f"the server counted {extra[1]:.0f} tokens more in each prompt than the client (the same "
+                         "number whatever the prompt's length: a chat template's own): lengths are the server's in "
+                         "the figures")
+        elif gap > TOKEN_DISAGREEMENT:
             notes.append(f"the server counted prompts {gap:.1%} apart from the client's count (median; a chat "
                          "template or another tokenizer): lengths are the server's in the figures")
     short = [r for r in ok if ignore_eos and r.expected_output_len and metrics.output_tokens(r) < r.expected_output_len]

@@ -33,8 +33,10 @@ def verdict(current: dict, max_failure_rate: float = 0.05) -> str | None:
             and (key != "in_flight_growth" or (current.get("in_flight_rise_sigma") or 0) >= IN_FLIGHT_SIGMA)]
     if not grew:
         return None
+    # a multi-turn rate starts conversations
+    unit, per_s = ("conversations", "conversations/s") if current.get("sessions") else ("requests", "req/s")
     return (f"{BACKLOG}completions kept up with {kept_up:.0%} of arrivals ({kept_up * rate:.3g} of {rate:g} "
-            f"req/s) and {' and '.join(grew)} while requests arrived")
+            f"{per_s}) and {' and '.join(grew)} while {unit} arrived")
 
 
 def twice(rows: list[dict]) -> bool:

@@ -96,12 +96,19 @@ class Capacity:
     lowest_rate: float
     highest_rate: float
     passing: list[float]
+    unit: str = "req/s"  # conversations/s where each arrival opens a multi-turn conversation
 
     def sentence(self, slo: SLO) -> str:
         if self.rate is None:
             return (f"no rate met the SLO ({slo.describe()}); the lowest rate measured was {self.lowest_rate:g} "
-                    f"req/s, try --rate {lower_rates(self.lowest_rate)}")
-        return f"sustains {self.rate:.3g} req/s per replica under {slo.describe()} ({self.note})"
+                    f"{self.unit}, try --rate {lower_rates(self.lowest_rate)}")
+        return f"sustains {self.rate:.3g} {self.unit} per replica under {slo.describe()} ({self.note})"
+
+
+def rate_unit(rows: list[dict]) -> str:
+    """What the measured rates count: requests, or conversations where each paced arrival opens a multi-turn one
+    (its later turns follow the replies, not the rate)."""
+    return "conversations/s" if any(r.get("sessions") and r.get("schedule") == "rate" for r in rows) else "req/s"
 
 
 def unpaced_sentence(rows: list[dict], slo: SLO) -> str | None:
@@ -128,29 +135,29 @@ def lower_rates(lowest: float) -> str:
     return f"{max(lowest / 10, 0.1):.2g}..{lowest:g}"
 
 
-def capacity(points: list[dict], slo: SLO) -> Capacity:
+def capacity(points: list[dict], slo: SLO, unit: str = "req/s") -> Capacity:
     """`points`: {rate, attainment, saturated, kept_up[, client_stalled]} per measured finite rate. The highest
     rate that meets the SLO without saturating the server, interpolated towards the next rate by attainment,
     and never above what the server completed when it was overloaded (kept_up x rate at a saturated rate): a
     short run past the knee can still show good latencies, because the backlog has not had time to hurt them.
     The knee is never a rate that missed the SLO. A first miss whose attainment a stall of the client's own
-    moved (`client_stalls`) is said: the answer may be the client's."""
+    moved (`client_stalls`) is said: the answer may be the client's. `unit`: what a rate counts per second."""
     points = sorted(points, key=lambda p: p["rate"])
     if not points:
         raise SLOError("no finite-rate results to answer from (run `llmbench sweep`)")
     met = [p for p in points if p["attainment"] >= slo.attainment and not p.get("saturated")]
     lowest, highest = points[0]["rate"], points[-1]["rate"]
     if not met:
-        return Capacity(None, f"even {lowest:g} req/s missed it", lowest, highest, [])
+        return Capacity(None, f"even {lowest:g} {unit} missed it", lowest, highest, [], unit)
     best = met[-1]
     passing = [p["rate"] for p in met]
     after = [p for p in points if p["rate"] > best["rate"]]
     if not after:
         return Capacity(best["rate"], "the highest measured rate still met the SLO: a lower bound; sweep higher "
-                        "rates", lowest, highest, passing)
+                        "rates", lowest, highest, passing, unit)
     nxt = after[0]
     next_attained = 0.0 if nxt.get("saturated") else nxt["attainment"]
-    rate, note = best["rate"], f"interpolated between {best['rate']:g} and {nxt['rate']:g} req/s"
+    rate, note = best["rate"], f"interpolated between {best['rate']:g} and {nxt['rate']:g} {unit}"
     if best["attainment"] > next_attained:
         frac = (best["attainment"] - slo.attainment) / (best["attainment"] - next_attained)
         rate = best["rate"] + frac * (nxt["rate"] - best["rate"])
@@ -159,13 +166,13 @@ def capacity(points: list[dict], slo: SLO) -> Capacity:
         ceiling, at = min(overloaded)
         if ceiling < rate:
             rate = max(best["rate"], ceiling)
-            note = (f"capped by the {ceiling:.3g} req/s the server completed when overloaded at {at:g} req/s"
-                    if rate == ceiling else f"measured at {best['rate']:g} req/s; not interpolated higher: the "
-                    f"server completed {ceiling:.3g} req/s when overloaded at {at:g} req/s")
+            note = (f"capped by the {ceiling:.3g} {unit} the server completed when overloaded at {at:g} {unit}"
+                    if rate == ceiling else f"measured at {best['rate']:g} {unit}; not interpolated higher: the "
+                    f"server completed {ceiling:.3g} {unit} when overloaded at {at:g} {unit}")
     if nxt.get("client_stalled") and not nxt.get("saturated"):
-        note += (f"; {nxt['rate']:g} req/s missed it with a stall of the client's own in its requests (its note): "
+        note += (f"; {nxt['rate']:g} {unit} missed it with a stall of the client's own in its requests (its note): "
                  "measure that rate again before reading the answer as the server's")
-    return Capacity(rate, note, lowest, highest, passing)
+    return Capacity(rate, note, lowest, highest, passing, unit)
 
 
 def attainment_points(results: list[dict], frame, slo: SLO) -> list[dict]:

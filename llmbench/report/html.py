@@ -11,7 +11,7 @@ import jinja2
 from llmbench import __version__
 from llmbench.report import plots
 from llmbench.results import load_metadata, load_records, load_results, load_server_metrics, records_path
-from llmbench.slo import SLO, attained, attainment_points, capacity, unpaced_sentence
+from llmbench.slo import SLO, attained, attainment_points, capacity, rate_unit, unpaced_sentence
 from llmbench.target import quantization_mode
 
 HEADLINE = ["request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
@@ -37,7 +37,7 @@ def answer(results: list[dict], frame, slo: SLO) -> tuple[str, float | None]:
     if not points:
         unpaced = [r | {"slo_attainment": attained(frame, r["label"], slo)} for r in results]  # under this SLO
         return unpaced_sentence(unpaced, slo) or "no finite rate was measured, so there is no per-replica answer", None
-    cap = capacity(points, slo)
+    cap = capacity(points, slo, rate_unit(results))
     return cap.sentence(slo), (cap.passing[-1] if cap.passing else None)
 
 
@@ -176,7 +176,7 @@ def build_report(folders: list[Path | str], out: Path | str, title: str | None =
         sections.append({
             "name": name, "meta": metas[name], "results": results, "rows": summary_rows(results, slos, metrics),
             "server_clock": server_clock_rows(results),
-            "knee": knees[name], "answer": answers[name][0], "warnings": warnings,
+            "knee": knees[name], "unit": rate_unit(results), "answer": answers[name][0], "warnings": warnings,
             "cdf": plots.cdfs(frame) if not frame.empty else None,
             "lengths": plots.length_histograms(frame) if not frame.empty else None,
             "timelines": timelines, "plan": plan_rows(plans[name]) if name in plans else None,

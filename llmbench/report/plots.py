@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from llmbench.slo import rate_unit  # noqa: E402
+
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 100})
 
@@ -72,7 +74,7 @@ def percentiles_vs_rate(runs: dict[str, list[dict]]) -> str:
                 ax.plot(rates, [r.get(f"{p}_{metric}_ms", np.nan) for r in results], style, marker=".",
                         color=COLORS[i % len(COLORS)], label=f"{name} {p}" if len(runs) > 1 else p)
         ax.set_title(metric.upper())
-        ax.set_xlabel("request rate (req/s)")
+        ax.set_xlabel(f"rate ({rate_unit([r for rs in runs.values() for r in rs])})")
         ax.set_ylabel("ms")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
@@ -169,7 +171,7 @@ def tail_ratio(runs: dict[str, list[dict]]) -> str:
         ratios = [r["p99_ttft_ms"] / r["median_ttft_ms"] if r["median_ttft_ms"] else np.nan for r in results]
         ax.plot(_finite(_rates(results)), ratios, marker="o", color=COLORS[i % len(COLORS)], label=name)
     ax.axhline(5, color="crimson", linestyle="--", label="5x: a long tail (flagged when near the SLO)")
-    ax.set_xlabel("request rate (req/s)")
+    ax.set_xlabel(f"rate ({rate_unit([r for rs in runs.values() for r in rs])})")
     ax.set_ylabel("P99 / P50 TTFT")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
