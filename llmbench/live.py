@@ -160,11 +160,10 @@ def _ttfo(row: dict) -> str:
 def _sent(row: dict) -> str:
     if row.get("schedule") == "trace":
         return f"sent {row['achieved_rate']:.2f}/s on the trace's own schedule"
+    what = "conversations opened" if row.get("sessions") else "sent"  # later turns follow the replies
     if row["request_rate"] == "inf":
-        return "sent all at once" if not row.get("max_concurrency") else f"sent as {row['max_concurrency']} slots freed"
-    if row.get("sessions"):  # a rate opens conversations; their later turns follow the replies
-        return f"started {row['achieved_rate']:.2f} conversations/s"
-    return f"sent {row['achieved_rate']:.2f}/s"
+        return f"{what} all at once" if not row.get("max_concurrency") else f"sent as {row['max_concurrency']} slots freed"
+    return f"{what} {row['achieved_rate']:.2f}/s"
 
 
 def summary_table(rows: list[dict], title: str, slo: SLO, knee: float | None) -> Table:

@@ -118,8 +118,7 @@ def compute(records: list[RequestRecord], duration: float | None = None,
     if (per_session := sessions(measured)) is not None:
         result["sessions"] = per_session
     result |= client_health(measured, percentiles, requested_rate)
-    paced = requested_rate is not None and math.isfinite(requested_rate)
-    result |= backlog(measured, by_conversation=paced)
+    result |= backlog(measured)
     failed = [r for r in measured if not r.success]
     result["errors"] = dict(Counter(r.error.split(":")[0] if r.error else "" for r in failed))
     result["failure_summary"] = failure_summary(failed) if failed else None
@@ -208,14 +207,14 @@ def shuffled_rises(starts: np.ndarray, e2e: np.ndarray, grid: np.ndarray, seed: 
     return slopes * (grid[-1] - grid[0])
 
 
-def arrivals(measured: list[RequestRecord], by_conversation: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """Send times, end times and output tokens of what arrives, and its name: each successful request, or with
-    `by_conversation` each conversation whose turns all succeeded (its opener's send to its last token, its turns'
-    tokens), for a multi-turn run at a rate: only the openers follow the rate, a later turn goes once the reply
-    before it is in, so a conversation is the unit that arrives."""
+def arrivals(measured: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Send times, end times and output tokens of what arrives, and its name: each successful request, or in a
+    multi-turn run each conversation whose turns all succeeded (its opener's send to its last token, its turns'
+    tokens): only the openers follow the schedule, a later turn goes once the reply before it is in (or at a
+    trace's own time, if later), so a conversation is the unit that arrives."""
     done = [r for r in measured if r.success and r.end > r.start and output_tokens(r)]
     by: dict[str, list[RequestRecord]] = {}
-    for r in measured if by_conversation else ():
+    for r in measured:
         if r.conversation_id is not None:
             by.setdefault(r.conversation_id, []).append(r)
     if not any(len(turns) > 1 for turns in by.values()):
@@ -226,9 +225,8 @@ def arrivals(measured: list[RequestRecord], by_conversation: bool) -> tuple[np.n
             np.array([sum(output_tokens(r) for r in t) for t in whole], dtype=float), "conversations")
 
 
-def backlog(measured: list[RequestRecord], by_conversation: bool = False) -> dict[str, float | bool | None]:
-    """Whether the server kept up while requests (or, `by_conversation`, conversations: `arrivals`) arrived, from
-    what the client saw.
+def backlog(measured: list[RequestRecord]) -> dict[str, float | bool | None]:
+    """Whether the server kept up while requests (or conversations: `arrivals`) arrived, from what the client saw.
 
     A server that keeps up holds about rate x latency requests in flight (Little's law), a level it reaches
     once its first arrivals start finishing: the ramp, taken as the P90 E2E of the first third's arrivals.
@@ -244,7 +242,7 @@ def backlog(measured: list[RequestRecord], by_conversation: bool = False) -> dic
     rising in-flight count may be the ramp itself; `window_note` then says how long a window can tell."""
     out: dict[str, float | bool | None] = {"kept_up": None, "latency_growth": None, "in_flight_growth": None,
                                            "in_flight_rise_sigma": None, "ramp_s": None, "window_short": None}
-    starts, ends, tokens, unit = arrivals(measured, by_conversation)
+    starts, ends, tokens, unit = arrivals(measured)
     if len(starts) < 30:
         return out
     first, last = float(starts.min()), float(starts.max())

