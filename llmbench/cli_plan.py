@@ -76,7 +76,9 @@ MODES = ("--qps N (GPUs for a peak rate), --at-rate R, --concurrency N, --max-th
 @click.option("--gpus-per-replica", "--tp", type=click.IntRange(1), help="Default: smallest TP that fits.")
 @click.option("--gpus", type=click.IntRange(1), help="The fleet for --at-rate/--concurrency/--max-throughput.")
 @click.option("--price", type=click.FloatRange(0), help="USD per GPU-hour (default: the catalog's reference).")
-@click.option("--prefix-hit-rate", default=0.0, show_default=True, type=click.FloatRange(0, 0.99))
+@click.option("--prefix-hit-rate", type=click.FloatRange(0, 0.99),
+              help="Share of each prompt found in the prefix cache (default 0; with --results, the share the "
+                   "measured server found where the workload reuses prompts by design: multi-turn, shared prefixes).")
 @click.option("--no-search", is_flag=True, help="Do not search the engine-flag grid.")
 @click.option("--disaggregated", is_flag=True,
               help="Compare prefill/decode pools (KV handed over the interconnect) with colocated serving, in "

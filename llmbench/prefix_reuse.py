@@ -13,6 +13,7 @@ from __future__ import annotations
 from llmbench.scrape import run_deltas
 
 NOTABLE = 0.25  # a chat template's shared preamble alone finds a block or two of a short prompt
+DRAWN = ("sharegpt", "random", "synthetic")  # datasets drawn at random: prompts that share nothing by design
 
 
 def hit_rate(points: list[dict]) -> dict:

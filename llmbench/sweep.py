@@ -26,6 +26,7 @@ from llmbench import (
     saturation,
     steady_state,
 )
+from llmbench.datasets.text import count_tokens
 from llmbench.locust_scrape import ServerWatch
 from llmbench.runner import Progress, RunConfig, RunResult, execute, hold_interrupts, server_figures
 from llmbench.slo import SLO, Capacity, capacity, rate_unit
@@ -175,7 +176,6 @@ def run_sweep(plan: SweepPlan, view: View | None = None) -> SweepOutcome:
     return outcome
 
 
-SAMPLED = ("sharegpt", "random", "synthetic")  # drawn at random: a rate can take prompts no earlier rate sent
 
 
 def _prompt_key(request: datasets.Request) -> str:
@@ -206,9 +206,9 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
     """One rate: workload, schedule, run, result files. False when the sweep must stop here. `exact_tokenizer`:
     the lengths are counted with the served model's own tokenizer."""
     why_not = reset_prefix_cache(target, plan.api_key) if plan.reset_prefix_cache else None
-    fresh = why_not is not None and plan.workload.dataset in SAMPLED
+    fresh = why_not is not None and plan.workload.dataset in prefix_reuse.DRAWN  # a rate can draw unsent prompts
     requests, info, reused = _requests(plan.workload, tokenizer, rate, outcome.sent if fresh else set())
-    too_long = context_fit.check(requests, target, exact_tokenizer)
+    too_long = context_fit.check(requests, target, exact_tokenizer, lambda text: count_tokens(tokenizer, text))
     if too_long:
         view.note(too_long)
     if fresh:
@@ -237,7 +237,7 @@ def _measure_rate(plan: SweepPlan, target: Target, tokenizer, tokenizer_id: str,
         offsets = arrivals.send_offsets(requests, rate, plan.burstiness, plan.workload.seed)
         run, extra = execute(_run_config(plan, target, rate), requests, offsets, files, view.progress), {}
     _honest_latency(plan, rate, run)
-    if cached := prefix_reuse.note(run.metrics, plan.workload.dataset in SAMPLED,
+    if cached := prefix_reuse.note(run.metrics, plan.workload.dataset in prefix_reuse.DRAWN,
                                    plan.reset_prefix_cache and why_not is None):
         run.notes.append(cached)
     body = _result_body(plan, target, rate, run, info, tokenizer_id, extra)

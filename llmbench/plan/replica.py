@@ -69,7 +69,7 @@ def catalog_replica(req: PlanRequest, work: Workload) -> Replica:
         if mem is None:
             raise PlanError(describe_misfit(model, gpu, needed, **kw))
     roof = RooflineModel(model, gpu, mem.tp, dtype, req.kv_dtype, engine)
-    shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate, model)
+    shape = engine.shape(mem.kv_tokens, req.prefix_hit_rate or 0.0, model)
     memory = {"tensor_parallel": mem.tp, "weights_gib_per_gpu": mem.weights_per_gpu / GiB,
               "activation_gib_per_gpu": mem.activation_per_gpu / GiB, "other_gib_per_gpu": mem.other_per_gpu / GiB,
               "kv_gib_per_gpu": mem.kv_per_gpu / GiB, "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
@@ -241,7 +241,7 @@ def fitted_replica(req: PlanRequest, work: Workload, folder: Path) -> Replica | 
     kv_tokens = config.get("num_kv_blocks", 10**6) * config.get("block_size", 16)
     shape = EngineShape(req.knobs.get("max_num_seqs") or config.get("max_num_seqs", 256),
                         req.knobs.get("max_num_batched_tokens") or config.get("max_num_batched_tokens", 2048),
-                        kv_tokens, config.get("block_size", 16), req.prefix_hit_rate)
+                        kv_tokens, config.get("block_size", 16), req.prefix_hit_rate or 0.0)
     ok = load_records(folder, labels[0])
     ok = ok[ok["success"]]
     if not ok.empty:

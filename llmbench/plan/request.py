@@ -51,7 +51,7 @@ class PlanRequest:
     gpus_per_replica: int | None = None
     gpus: int | None = None  # the whole fleet, for --at-rate/--concurrency/--max-throughput
     price_per_hour: float | None = None
-    prefix_hit_rate: float = 0.0
+    prefix_hit_rate: float | None = None  # None: 0, or with --results the measured server's own (measured.py)
     search_knobs: bool = True
     seeds: tuple[int, ...] = (0, 1, 2)
     requests_per_sim: int = 600
