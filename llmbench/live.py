@@ -162,7 +162,8 @@ def _sent(row: dict) -> str:
         return f"sent {row['achieved_rate']:.2f}/s on the trace's own schedule"
     what = "conversations opened" if row.get("sessions") else "sent"  # later turns follow the replies
     if row["request_rate"] == "inf":
-        return f"{what} all at once" if not row.get("max_concurrency") else f"sent as {row['max_concurrency']} slots freed"
+        slots = row.get("max_concurrency") or row.get("users")  # --users: Locust's closed loop
+        return f"{what} all at once" if not slots else f"sent as {slots} slots freed"
     return f"{what} {row['achieved_rate']:.2f}/s"
 
 

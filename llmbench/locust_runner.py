@@ -24,7 +24,8 @@ LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 
 def locust_args(base_url: str, opts: dict, records_dir: Path, workers: int) -> list[str]:
     args = ["--host", base_url, "--llm-dataset", opts["dataset"], "--llm-num-prompts", str(opts["num_prompts"]),
-            "--llm-rate", str(0 if math.isinf(opts["rate"]) and not opts.get("users") else opts["rate"]),
+            "--llm-rate", str(0 if math.isinf(opts["rate"]) or opts.get("users") else opts["rate"]),
+            "--llm-duration", str(opts.get("duration") or 0),
             "--llm-burstiness", str(opts.get("burstiness", 1.0)), "--llm-workers", str(workers),
             "--llm-backend", opts.get("backend", "openai"), "--llm-records", str(records_dir),
             "--llm-seed", str(opts.get("seed", 0)),

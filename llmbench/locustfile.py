@@ -45,6 +45,8 @@ def _options(parser) -> None:
     group.add_argument("--llm-request-timeout", type=float, default=600.0, help="seconds a request may take in all")
     group.add_argument("--llm-read-timeout", type=float, default=60.0,
                        help="seconds a begun stream may send nothing (0: no limit)")
+    group.add_argument("--llm-duration", type=float, default=0.0,
+                       help="closed loop: seconds in which users start requests (0: until the requests run out)")
 
 
 START_DELAY = 1.0  # seconds between the start signal (all workers ready) and the first send
@@ -90,6 +92,7 @@ def _build(opts, host: str) -> None:
         if opts.llm_rate > 0 else None
     _state.update(model=target.model, url=host + client.BACKENDS[opts.llm_backend], backend=opts.llm_backend,
                   requests=requests, offsets=offsets, ignore_eos=opts.llm_ignore_eos, driver_started=False,
+                  duration=opts.llm_duration or float("inf"), users=0,
                   request_timeout=opts.llm_request_timeout, read_timeout=opts.llm_read_timeout or None)
 
 
@@ -167,13 +170,27 @@ def _watch_stalls(path: Path, t0: float) -> None:
             last = now
 
 
+def _finished(environment) -> None:
+    """This worker's share is done: its records closed, the master told (it ends the test once every worker is)."""
+    _state["writer"].close()
+    from locust.runners import WorkerRunner
+
+    if isinstance(environment.runner, WorkerRunner):
+        environment.runner.send_message("llm_done", None)
+    else:
+        environment.runner.quit()
+
+
 class LLMUser(User):
     """Open loop: the first user of a worker drives that worker's share of the schedule. Closed loop: every
-    user sends its next request as soon as the previous one finished."""
+    user sends its next request as soon as the previous one finished, until the requests run out or
+    `--llm-duration` has passed; a request under way then is waited for (Locust's own time limit would cut it,
+    and its measurement with it), and the worker's last user to stop ends its share."""
 
     def on_start(self) -> None:
         self.session = locust_transport.make_session()
         self.state = _setup(self.environment)
+        self.state["users"] += 1
 
     @task
     def generate(self) -> None:
@@ -182,8 +199,11 @@ class LLMUser(User):
             delay = st["t0"] - time.perf_counter()
             if delay > 0:
                 gevent.sleep(delay)
-            i = next(st["closed"])
+            i = next(st["closed"]) if time.perf_counter() - st["t0"] < st["duration"] else len(st["requests"])
             if i >= len(st["requests"]):
+                st["users"] -= 1
+                if st["users"] == 0:
+                    _finished(self.environment)
                 raise StopUser()
             self._send(i, time.perf_counter() - st["t0"])
             return
@@ -198,14 +218,8 @@ class LLMUser(User):
                 gevent.sleep(delay)
             greenlets.append(gevent.spawn(self._send, i, float(st["offsets"][i])))
         gevent.joinall(greenlets)
-        st["writer"].close()
-        from locust.runners import WorkerRunner
-
-        if isinstance(self.environment.runner, WorkerRunner):
-            self.environment.runner.send_message("llm_done", None)
-            gevent.sleep(3600)
-        else:
-            self.environment.runner.quit()
+        _finished(self.environment)
+        gevent.sleep(3600)
 
     def _send(self, i: int, scheduled: float) -> None:
         st = self.state

@@ -121,8 +121,8 @@ def unpaced_sentence(rows: list[dict], slo: SLO) -> str | None:
         return None
     parts = []
     for r in runs:
-        how = (f"{r['max_concurrency']} in flight (closed loop)" if r.get("max_concurrency")
-               else f"all {r['completed'] + r.get('failed', 0)} requests at once")
+        slots = r.get("max_concurrency") or r.get("users")  # --users: Locust's closed loop
+        how = (f"{slots} in flight (closed loop)" if slots else f"all {r['completed'] + r.get('failed', 0)} requests at once")
         met = r.get("slo_attainment")
         parts.append(f"at {how} the server completed {r['request_throughput']:.3g} req/s, "
                      f"{r['output_throughput']:,.0f} output tok/s, P99 TTFT {r['p99_ttft_ms']:,.0f} ms, P99 TPOT "

@@ -296,7 +296,7 @@ def _honest_latency(plan: SweepPlan, rate: float, run: RunResult) -> None:
         figures, note = steady_state.scheduled_latencies(ok, plan.percentiles)
         run.metrics |= figures
     else:
-        note = steady_state.opening_burst(ok, plan.max_concurrency, plan.percentiles)
+        note = steady_state.opening_burst(ok, plan.max_concurrency or plan.users, plan.percentiles)
     if note:
         run.notes.append(note)
     if plan.steady_state:
@@ -364,15 +364,17 @@ def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokeni
                "backend": w.backend, "seed": w.seed, "model": target.model, "tokenizer": tokenizer_id,
                "dataset_options": {k: v for k, v in w.options.items() if k != "path"},
                "dataset_path": w.options.get("path"), "ignore_eos": w.ignore_eos, "users": plan.users,
-               "request_timeout": plan.request_timeout, "read_timeout": plan.read_timeout}
-    if plan.users:
-        limit = w.duration or 120.0
-    else:  # the last send, then as long as a request may take: a burst queued for minutes is measured, not cut
-        limit = (len(requests) / rate if math.isfinite(rate) else 0.0) + plan.request_timeout + 10.0
+               "request_timeout": plan.request_timeout, "read_timeout": plan.read_timeout, "duration": w.duration}
+    # the last send, then as long as a request may take: a burst queued for minutes is measured, not cut. A closed
+    # loop stops sending itself, at --duration or when the requests run out (a safety limit only, then); a worker
+    # without a user would never finish its share
+    workers = min(plan.workers, plan.users) if plan.users else plan.workers
+    last_send = (w.duration or len(requests) / plan.users * plan.request_timeout) if plan.users else \
+        len(requests) / rate if math.isfinite(rate) else 0.0
+    limit = last_send + plan.request_timeout + 10.0
     headers = {"Authorization": f"Bearer {plan.api_key}"} if plan.api_key else None
     with ServerWatch(target.base_url, files.engine_steps, headers) as watch:
-        records, stalls, notes, interrupted = run_locust(target.base_url, options, plan.workers, files, limit,
-                                                         plan.users)
+        records, stalls, notes, interrupted = run_locust(target.base_url, options, workers, files, limit, plan.users)
     starts = [m["t0_wall"] for m in results.worker_metas(files.locust_dir)]
     points = watch.write(files.server_metrics, min(starts) if starts else None)
     result = metrics.compute(records, None, plan.percentiles, plan.slo.bounds, math.inf if plan.users else rate)
@@ -380,10 +382,11 @@ def _locust(plan: SweepPlan, target: Target, rate: float, requests: list, tokeni
     own, own_notes = server_figures(points, result | figures)
     result |= figures | own
     notes += ([stall_note] if stall_note else []) + own_notes + watch.notes
-    notes.append(f"Locust transport: {plan.workers} local worker(s)")
+    notes.append(f"Locust transport: {workers} local worker(s)" + (f", {plan.users} users (closed loop)"
+                                                                    if plan.users else ""))
     # a dead target shows as failed requests here (--max-failure-rate); a dead worker only loses its share
     return (RunResult(records, result, notes, points, False, interrupted),
-            {"engine": "locust", "locust_workers": plan.workers})
+            {"engine": "locust", "locust_workers": workers, "users": plan.users})
 
 
 def _result_body(plan: SweepPlan, target: Target, rate: float, run: RunResult, info: datasets.DatasetInfo,
