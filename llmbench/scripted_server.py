@@ -2,6 +2,7 @@
 
     python -m llmbench.scripted_server --port 8100 --ttft-ms 50 --itl-ms 10 [--tokens-per-chunk 1] [--max-running N]
                                        [--reasoning N] [--stall-after N --stall-s S] [--kv-blocks N]
+                                       [--metrics-ms MS]
 
 Each streamed request gets its first chunk `ttft` after its first byte arrived and one chunk every `itl`
 after that (absolute deadlines on the event loop's clock), each carrying `tokens-per-chunk` tokens, until
@@ -36,12 +37,13 @@ WORD = " tok"
 class Script:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
                  max_running: int = 0, reasoning: int = 0, stall_after: int = 0, stall_s: float = 0.0,
-                 kv_blocks: int = 0) -> None:
+                 kv_blocks: int = 0, metrics_ms: float = 0.0) -> None:
         self.ttft, self.itl, self.per_chunk, self.fail_every = ttft_ms / 1000, itl_ms / 1000, tokens_per_chunk, fail_every
         self.reasoning = reasoning
         self.max_running = max_running  # 0: no cap; else streams beyond it wait, first come first served
         self.stall_after, self.stall_s = stall_after, stall_s
         self.kv_blocks = kv_blocks  # a KV pool stated on /metrics as vLLM states it (0: none)
+        self.metrics_delay = metrics_ms / 1000  # /metrics answers this late, as a server rendering it slowly
         self.held_until = 0.0  # the loop clock until which no stream starts (the stall)
         self.count = 0
         self.running = 0
@@ -116,7 +118,9 @@ class ScriptedHTTP(asyncio.Protocol):
                              "text/plain"),
                 "/truth": (json.dumps(s.truth).encode(), "application/json"),
             }
-            if path in pages:
+            if path == "/metrics" and s.metrics_delay:
+                asyncio.get_running_loop().call_later(s.metrics_delay, self.respond, 200, *pages[path])
+            elif path in pages:
                 self.respond(200, *pages[path])
             else:
                 self.respond(404, b'{"error": {"message": "not found"}}')
@@ -222,10 +226,13 @@ async def serve(host: str, port: int, script: Script) -> None:
 @click.option("--stall-s", default=0.0, show_default=True, help="Seconds the stall starts no stream.")
 @click.option("--kv-blocks", default=0, show_default=True,
               help="State a KV pool of this many 16-token blocks on /metrics, as vLLM does (0: none).")
+@click.option("--metrics-ms", default=0.0, show_default=True,
+              help="Answer /metrics this many ms late (vLLM-CPU's API server renders its own in tens of ms).")
 def main(host: str, port: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, fail_every: int,
-         max_running: int, reasoning: int, stall_after: int, stall_s: float, kv_blocks: int) -> None:
+         max_running: int, reasoning: int, stall_after: int, stall_s: float, kv_blocks: int,
+         metrics_ms: float) -> None:
     uvloop.run(serve(host, port, Script(ttft_ms, itl_ms, tokens_per_chunk, fail_every, max_running, reasoning,
-                                        stall_after, stall_s, kv_blocks)))
+                                        stall_after, stall_s, kv_blocks, metrics_ms)))
 
 
 if __name__ == "__main__":
