@@ -11,6 +11,11 @@ measured on runs whose server timed exactly their requests (`server_timings.py`)
 registered round (Z12: a loop of 4 beside the calibration rates, D 26.1 ms) it scored 14 of 16 within 15 % as the
 replay did, median |error| 7.86 % against 7.42 %; that round's replay had the loop of 12's median TTFT at -5 %
 already (-22 % in Z11, -12 % in T12). `foreign_calibration.py --loop-overhead-from` asks for it.
+
+Found since (stop 86, D6/Z13): that loop gap was llmbench's own. Its /metrics scrape shared the run's connection
+pool, capped at --max-concurrency, and took each slot a finished request freed; with the scrape on a connection of
+its own, loops of 4 and 12 read +6.1 / +12.7 ms against the open rates' +5.2..10.0. The term now measures about
+nothing; it is kept only to read the older rounds again.
 """
 
 from __future__ import annotations
